@@ -1,0 +1,1 @@
+//! Scatter-gather buffer iteration (seed 004).

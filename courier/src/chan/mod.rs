@@ -1,0 +1,1 @@
+//! In-process channels (seed 003).
