@@ -1,0 +1,169 @@
+//! `SOCK_SEQPACKET` sockets: the few syscalls the transport needs, each
+//! wrapped once with its error handling.
+//!
+//! Sending uses rustix (safe, `BorrowedFd`-typed). Receiving calls
+//! `recvmsg(2)` through libc because the payload lands in *uninitialised*
+//! memory: rustix's `recvmsg` takes `IoSliceMut`, which would require the
+//! buffer to be initialised (zero-filled) first, the very cost seed 000 removed.
+//!
+//! # References
+//! - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
+//! - [`sendmsg(2)`](https://man7.org/linux/man-pages/man2/sendmsg.2.html),
+//!   [`recvmsg(2)`](https://man7.org/linux/man-pages/man2/recvmsg.2.html)
+//! - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html) (`SCM_RIGHTS`, `MSG_CMSG_CLOEXEC`)
+//! - [`cmsg(3)`](https://man7.org/linux/man-pages/man3/cmsg.3.html)
+#![allow(unsafe_code)]
+
+use std::io::IoSlice;
+use std::marker::PhantomData;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+
+use rustix::io::Errno;
+use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+
+use crate::ipc::wire::MAX_FDS;
+
+/// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)`.
+pub(crate) fn pair() -> Result<(OwnedFd, OwnedFd), Errno> {
+    net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+}
+
+/// The largest packet this process's sockets accept, probed once.
+///
+/// The kernel refuses a `SOCK_SEQPACKET` packet longer than the socket's
+/// send buffer minus 32 bytes (`unix_dgram_sendmsg`: `len > sk->sk_sndbuf -
+/// 32` gives `EMSGSIZE`). The send buffer is the same for every socket we
+/// create (`net.core.wmem_default`), so one `getsockopt(SO_SNDBUF)` on a
+/// throw-away pair, cached for the life of the process, answers for all.
+pub(crate) fn max_packet() -> usize {
+    static MAX_PACKET: OnceLock<usize> = OnceLock::new();
+    *MAX_PACKET.get_or_init(|| {
+        let probed = pair().and_then(|(a, _b)| net::sockopt::socket_send_buffer_size(&a)).unwrap_or(0);
+        // Fall back to a conservative size if the probe failed.
+        let sndbuf = if probed > 4096 { probed } else { 64 * 1024 };
+        sndbuf - 32
+    })
+}
+
+/// `sendmsg(fd, iov, SCM_RIGHTS(fds), MSG_NOSIGNAL)`, retried on `EINTR`.
+///
+/// No control message is attached when `fds` is empty. `MSG_NOSIGNAL` makes
+/// a vanished peer an `EPIPE` instead of a `SIGPIPE` that would kill a host
+/// process which has not ignored it.
+pub(crate) fn send(fd: BorrowedFd<'_>, iov: &[IoSlice<'_>], fds: &[BorrowedFd<'_>]) -> Result<usize, Errno> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Errno::TOOMANYREFS);
+    }
+    loop {
+        match net::sendmsg(fd, iov, &mut control, SendFlags::NOSIGNAL) {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// One element of a receive iovec: `struct iovec` over memory that may be
+/// uninitialised. It borrows the memory mutably for `'a`, so the kernel's
+/// writes cannot alias anything else.
+#[repr(transparent)]
+pub(crate) struct RecvIoVec<'a> {
+    raw: libc::iovec,
+    _borrow: PhantomData<&'a mut [MaybeUninit<u8>]>,
+}
+
+impl<'a> RecvIoVec<'a> {
+    pub(crate) fn new(buf: &'a mut [MaybeUninit<u8>]) -> Self {
+        RecvIoVec { raw: libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }, _borrow: PhantomData }
+    }
+}
+
+/// What one `recvmsg` delivered.
+pub(crate) struct Packet {
+    /// Bytes written into the iovec, in order.
+    pub len: usize,
+    /// Descriptors that came with the packet, already owned: dropping the
+    /// packet closes them.
+    pub fds: Vec<OwnedFd>,
+    /// The packet was longer than the iovec (`MSG_TRUNC`); the rest is lost.
+    pub truncated: bool,
+    /// Descriptors were dropped by the kernel for lack of room (`MSG_CTRUNC`).
+    pub control_truncated: bool,
+}
+
+/// Control buffer for up to `MAX_FDS` descriptors, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct ControlBuf([MaybeUninit<u8>; CONTROL_LEN]);
+
+/// `CMSG_SPACE(MAX_FDS * sizeof(int))` on LP64 Linux: a 16-byte header
+/// followed by the descriptors, padded to 8 bytes.
+const CONTROL_LEN: usize = size_of::<libc::cmsghdr>() + (MAX_FDS * size_of::<RawFd>()).next_multiple_of(8);
+
+/// `recvmsg(fd, iov, MSG_CMSG_CLOEXEC | flags)`, retried on `EINTR`.
+///
+/// Every received descriptor becomes an [`OwnedFd`] before this returns, so
+/// no later validation step can leak one.
+pub(crate) fn recv(fd: BorrowedFd<'_>, iov: &mut [RecvIoVec<'_>], dontwait: bool) -> Result<Packet, Errno> {
+    let mut control = ControlBuf([MaybeUninit::uninit(); CONTROL_LEN]);
+    let flags = libc::MSG_CMSG_CLOEXEC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
+        msg.msg_iovlen = iov.len();
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = CONTROL_LEN;
+        // SAFETY: `RecvIoVec` is a transparent `iovec` whose pointer and
+        // length come from a `&mut [MaybeUninit<u8>]` borrowed for the
+        // iovec's lifetime, so the kernel writes only into memory we lend it
+        // exclusively; `msg_control` points to `CONTROL_LEN` writable bytes.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+        if n < 0 {
+            match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
+                Errno::INTR => continue,
+                e => return Err(e),
+            }
+        }
+        let fds = take_fds(&msg);
+        return Ok(Packet {
+            len: n as usize,
+            fds,
+            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+            control_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+        });
+    }
+}
+
+/// Takes ownership of every descriptor in the `SCM_RIGHTS` messages of `msg`.
+fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    // SAFETY: `msg` was filled by a successful `recvmsg`; its control
+    // pointer and length describe the kernel-written control data.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !cmsg.is_null() {
+        // SAFETY: `CMSG_FIRSTHDR`/`CMSG_NXTHDR` return either null or a
+        // pointer to a complete, aligned `cmsghdr` inside the control buffer.
+        let hdr = unsafe { &*cmsg };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: computing the header length has no preconditions.
+            let data_offset = unsafe { libc::CMSG_LEN(0) } as usize;
+            let count = (hdr.cmsg_len as usize).saturating_sub(data_offset) / size_of::<RawFd>();
+            // SAFETY: `cmsg` is a valid header (above), so its data follows it.
+            let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<RawFd>();
+            for i in 0..count {
+                // SAFETY: the kernel wrote `count` descriptors after the
+                // header; they may be unaligned, hence `read_unaligned`.
+                let raw = unsafe { data.add(i).read_unaligned() };
+                // SAFETY: the kernel installed `raw` in our table for this
+                // message alone; nothing else owns it.
+                fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
+            }
+        }
+        // SAFETY: as for `CMSG_FIRSTHDR`, with `cmsg` a header of `msg`.
+        cmsg = unsafe { libc::CMSG_NXTHDR(msg, cmsg) };
+    }
+    fds
+}

@@ -1,0 +1,28 @@
+//! The transport contract between the portable `ipc` layer and an OS.
+//!
+//! Required types and functions (see [`linux`] for the only implementation):
+//!
+//! * `OsSender`: `Clone + Send + Sync`; `send(parts: &[IoSlice], channels:
+//!   &[BorrowedFd])` sends one message, gathered from `parts`, with the
+//!   descriptors of the channels it carries. It must deliver the message
+//!   whole or not at all, never interleave with another sender's message,
+//!   and report a closed receiver as `SendError::Disconnected` (never a
+//!   signal).
+//! * `OsReceiver`: `Send`; `recv_into(dst, wait, limit)` receives one message
+//!   into `dst` (reusing its capacity) and returns the channel descriptors in
+//!   the order they were sent. Malformed input is a `RecvError::Wire`, after
+//!   which the channel stays usable; a closed and drained channel is
+//!   `RecvError::Disconnected`.
+//! * `OsOneShotServer`: `new() -> (server, name)`, `accept(timeout)`, and
+//!   `connect(name) -> OsSender`.
+//! * `channel() -> (OsSender, OsReceiver)`.
+//!
+//! The portable layer (serialization, descriptor tables, the public API)
+//! names none of these types' internals, so a shared-memory data path can be
+//! added beside the socket one without touching the public API.
+
+pub(crate) mod linux;
+
+pub(crate) use linux::{
+    channel, connect, trim_region_pool, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
+};

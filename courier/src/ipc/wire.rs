@@ -1,0 +1,231 @@
+//! The message header: what every first packet of a message starts with.
+//!
+//! A message is one `SOCK_SEQPACKET` packet when it fits. Its first 32 bytes
+//! are this header, and the payload follows at an 8-byte-aligned offset:
+//!
+//! ```text
+//!  0       4    5    6       8               16                              32
+//!  +-------+----+----+-------+---------------+-------------------------------+---------
+//!  | magic |body|nfds| zero  | total (u64)   | kinds: 2 bits per descriptor  | payload
+//!  +-------+----+----+-------+---------------+-------------------------------+---------
+//!   u32 LE  u8   u8   u16      payload bytes    u128 LE, descriptor i at bits
+//!                              of the whole     2i..2i+2
+//!                              message
+//! ```
+//!
+//! * `body` says where the payload travels: [`Body::Inline`] (all of it in
+//!   this packet), [`Body::Fragmented`] (the rest follows on a dedicated
+//!   socket, the last descriptor), or [`Body::SharedMemory`] (all of it in a
+//!   sealed memfd region, the last descriptor).
+//! * `nfds` is the number of descriptors attached with `SCM_RIGHTS`; `kinds`
+//!   says what each one is, so the receiver never guesses by `fstat` or by
+//!   position (as ipc-channel does).
+//! * `total` is the length of the whole payload: the receiver checks it
+//!   against its limit *before* it allocates, and allocates exactly once.
+//!
+//! Everything here is decoded from bytes a peer wrote, so every field is
+//! checked and every failure is a [`WireError`], never a panic.
+
+use super::err::WireError;
+
+/// Size of the header in bytes; payloads start 8-byte aligned right after it.
+pub(crate) const HEADER_LEN: usize = 32;
+
+/// Identifies courier's wire format, version 1.
+const MAGIC: u32 = 0xC0C0_5201;
+
+/// The most descriptors one message may carry (the `kinds` field has room for
+/// 64, and the receiver's control buffer is sized for that many).
+pub const MAX_FDS: usize = 64;
+
+/// Where a message's payload travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Body {
+    /// The whole payload follows the header in this packet.
+    Inline = 0,
+    /// The first part follows the header; the rest arrives on a dedicated
+    /// socket, the last descriptor of the message.
+    Fragmented = 1,
+    /// The payload lies in a sealed memfd region, the last descriptor.
+    SharedMemory = 2,
+}
+
+/// What a descriptor attached to a message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum FdKind {
+    /// One end of a courier channel (an `IpcSender` or `IpcReceiver`).
+    Channel = 0,
+    /// The carrier of the payload itself: the fragment socket or the payload
+    /// region, as `body` says. Always the last descriptor, and only one.
+    Carrier = 3,
+}
+
+impl FdKind {
+    fn from_bits(bits: u8) -> Result<Self, WireError> {
+        match bits {
+            0 => Ok(FdKind::Channel),
+            3 => Ok(FdKind::Carrier),
+            _ => Err(WireError::BadHeader("unknown descriptor kind")),
+        }
+    }
+}
+
+/// A decoded header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub body: Body,
+    pub nfds: usize,
+    pub total: u64,
+    kinds: u128,
+}
+
+impl Header {
+    /// A header for a message of `total` payload bytes with `channels` channel
+    /// descriptors, plus one carrier descriptor unless the body is inline.
+    pub fn new(body: Body, total: usize, channels: usize) -> Self {
+        debug_assert!(channels + usize::from(body != Body::Inline) <= MAX_FDS);
+        let mut nfds = channels;
+        let mut kinds = 0u128; // Channel is 0: only the carrier needs bits.
+        if body != Body::Inline {
+            kinds |= (FdKind::Carrier as u128) << (2 * nfds);
+            nfds += 1;
+        }
+        Header { body, nfds, total: total as u64, kinds }
+    }
+
+    /// The kind of descriptor `i` (`i < nfds`).
+    pub fn kind(&self, i: usize) -> FdKind {
+        // Kinds were validated by `decode`; `new` writes only valid ones.
+        match (self.kinds >> (2 * i)) & 0b11 {
+            3 => FdKind::Carrier,
+            _ => FdKind::Channel,
+        }
+    }
+
+    /// Number of channel descriptors (the carrier excluded).
+    #[cfg(test)]
+    pub fn channels(&self) -> usize {
+        self.nfds - usize::from(self.body != Body::Inline)
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4] = self.body as u8;
+        out[5] = self.nfds as u8;
+        out[8..16].copy_from_slice(&self.total.to_le_bytes());
+        out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
+        out
+    }
+
+    /// Decodes and validates a header that arrived with `nfds_received`
+    /// descriptors.
+    pub fn decode(bytes: &[u8; HEADER_LEN], nfds_received: usize) -> Result<Self, WireError> {
+        if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
+            return Err(WireError::BadHeader("bad magic"));
+        }
+        if u16::from_le_bytes(field(bytes, 6)) != 0 {
+            return Err(WireError::BadHeader("reserved bytes set"));
+        }
+        let body = match bytes[4] {
+            0 => Body::Inline,
+            1 => Body::Fragmented,
+            2 => Body::SharedMemory,
+            _ => return Err(WireError::BadHeader("unknown body")),
+        };
+        let nfds = usize::from(bytes[5]);
+        if nfds > MAX_FDS {
+            return Err(WireError::BadHeader("too many descriptors"));
+        }
+        if nfds != nfds_received {
+            return Err(WireError::UnexpectedFds { announced: nfds, received: nfds_received });
+        }
+        let total = u64::from_le_bytes(field(bytes, 8));
+        let kinds = u128::from_le_bytes(field(bytes, 16));
+        if nfds < MAX_FDS && kinds >> (2 * nfds) != 0 {
+            return Err(WireError::BadHeader("kinds beyond the descriptor count"));
+        }
+        let header = Header { body, nfds, total, kinds };
+        for i in 0..nfds {
+            let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
+            let is_last = i + 1 == nfds;
+            let carrier_expected = is_last && body != Body::Inline;
+            if (kind == FdKind::Carrier) != carrier_expected {
+                return Err(WireError::BadHeader("carrier descriptor misplaced or missing"));
+            }
+        }
+        if body != Body::Inline && nfds == 0 {
+            return Err(WireError::BadHeader("carrier descriptor missing"));
+        }
+        Ok(header)
+    }
+}
+
+/// The `N` bytes of `bytes` at offset `at` (constant offsets inside the header).
+fn field<const N: usize>(bytes: &[u8; HEADER_LEN], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&bytes[at..at + N]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_every_body() {
+        for (body, channels) in [(Body::Inline, 0), (Body::Inline, 5), (Body::Fragmented, 3), (Body::SharedMemory, 63)]
+        {
+            let h = Header::new(body, 12345, channels);
+            let d = Header::decode(&h.encode(), h.nfds).unwrap();
+            assert_eq!(d, h);
+            assert_eq!(d.channels(), channels);
+            for i in 0..channels {
+                assert_eq!(d.kind(i), FdKind::Channel);
+            }
+            if body != Body::Inline {
+                assert_eq!(d.kind(channels), FdKind::Carrier);
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_headers() {
+        let good = Header::new(Body::Fragmented, 10, 1).encode();
+        let mut bad = good;
+        bad[0] ^= 1;
+        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        let mut bad = good;
+        bad[4] = 9;
+        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        let mut bad = good;
+        bad[6] = 1;
+        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        assert_eq!(Header::decode(&good, 3), Err(WireError::UnexpectedFds { announced: 2, received: 3 }));
+        // A fragmented body whose carrier is not last.
+        let mut bad = good;
+        bad[16] = 0b0011;
+        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        // Kinds set for descriptors that are not there.
+        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        bad[17] = 1;
+        assert!(matches!(Header::decode(&bad, 0), Err(WireError::BadHeader(_))));
+        // A non-inline body with no descriptor at all.
+        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        bad[4] = Body::SharedMemory as u8;
+        assert!(matches!(Header::decode(&bad, 0), Err(WireError::BadHeader(_))));
+        // Too many descriptors announced.
+        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        bad[5] = 65;
+        assert!(matches!(Header::decode(&bad, 65), Err(WireError::BadHeader(_))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::array::uniform32(proptest::prelude::any::<u8>()), n in 0usize..70) {
+            let _ = Header::decode(&bytes, n);
+        }
+    }
+}

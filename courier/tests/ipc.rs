@@ -1,0 +1,521 @@
+//! In-process behaviour of `courier::ipc`: the typed API that ipc-channel's
+//! users rely on, the bytes API, size classes (inline, fragmented, shared
+//! memory), disconnection, and a hostile peer writing raw packets.
+//!
+//! Every test holds `SERIAL` and checks that the process's descriptor count
+//! is the same before and after it (`/proc/self/fd`), so a leak anywhere
+//! shows up in the test that caused it.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use courier::ipc::{
+    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer, IpcReceiver, IpcSender,
+    OpaqueIpcReceiver, TryRecvError, WireError,
+};
+use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+use serde::{Deserialize, Serialize};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Serialises the tests of this binary and checks for descriptor leaks.
+struct FdCheck {
+    before: usize,
+    _serial: MutexGuard<'static, ()>,
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn fd_check() -> FdCheck {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    FdCheck { before: open_fds(), _serial: serial }
+}
+
+impl Drop for FdCheck {
+    fn drop(&mut self) {
+        // Regions kept for reuse are not leaks; let them go before counting.
+        ipc::trim_region_pool();
+        if !std::thread::panicking() {
+            assert_eq!(open_fds(), self.before, "descriptor leak");
+        }
+    }
+}
+
+/// Runs `f` with the process-wide configuration changed, then restores it.
+fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
+    let saved = Config::global();
+    let mut config = saved;
+    change(&mut config);
+    Config::set_global(config);
+    let result = f();
+    Config::set_global(saved);
+    result
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum Shape {
+    Unit,
+    Point { x: i64, y: i64 },
+    Named(String, Vec<u32>),
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Blob {
+    id: u32,
+    #[serde(with = "serde_bytes")]
+    bytes: Vec<u8>,
+}
+
+#[test]
+fn typed_values_roundtrip() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Shape>().unwrap();
+    let shapes = [Shape::Unit, Shape::Point { x: -1, y: i64::MAX }, Shape::Named("ü".repeat(100), (0..1000).collect())];
+    for shape in &shapes {
+        tx.send(shape.clone()).unwrap();
+    }
+    for shape in &shapes {
+        assert_eq!(&rx.recv().unwrap(), shape);
+    }
+    let (tx, rx) = ipc::channel::<()>().unwrap();
+    tx.send(()).unwrap();
+    rx.recv().unwrap();
+}
+
+#[test]
+fn every_size_class_roundtrips() {
+    let _check = fd_check();
+    // Inline, around the header and alignment edges, one full packet, shared memory.
+    let sizes = [0, 1, 7, 8, 9, 31, 32, 33, 4095, 4096, 65535, 65536, 65537, 200_000, 1 << 20, 3 << 20];
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    let (ttx, trx) = ipc::channel::<Vec<u8>>().unwrap();
+    let (btx, brx) = ipc::channel::<Blob>().unwrap();
+    for &size in &sizes {
+        let data = pattern(size, size as u8);
+        tx.send(&data).unwrap();
+        assert_eq!(rx.recv().unwrap(), data, "bytes, {size} B");
+        ttx.send(data.clone()).unwrap();
+        assert_eq!(trx.recv().unwrap(), data, "typed, {size} B");
+        btx.send(Blob { id: size as u32, bytes: data.clone() }).unwrap();
+        assert_eq!(brx.recv().unwrap(), Blob { id: size as u32, bytes: data }, "serde_bytes, {size} B");
+    }
+    // Sizes that go down, then up again: the receive buffer adapts.
+    for &size in sizes.iter().rev().chain(&sizes) {
+        let data = pattern(size, 3);
+        tx.send(&data).unwrap();
+        assert_eq!(rx.recv().unwrap(), data);
+    }
+}
+
+#[test]
+fn fragmented_messages_when_regions_are_off() {
+    let _check = fd_check();
+    with_config(
+        |c| c.shm_threshold = usize::MAX,
+        || {
+            let (tx, rx) = ipc::bytes_channel().unwrap();
+            for size in [300_000, 1 << 20, 8 << 20] {
+                let data = pattern(size, 9);
+                // A message larger than the socket buffer blocks its sender
+                // until the receiver reads, so send from another thread.
+                let sender = {
+                    let tx = tx.clone();
+                    let data = data.clone();
+                    std::thread::spawn(move || tx.send(&data).unwrap())
+                };
+                assert_eq!(rx.recv().unwrap(), data);
+                sender.join().unwrap();
+            }
+        },
+    );
+}
+
+#[test]
+fn concurrent_large_senders_never_interleave() {
+    let _check = fd_check();
+    for threshold in [usize::MAX, 64 * 1024] {
+        with_config(
+            |c| c.shm_threshold = threshold,
+            || {
+                let (tx, rx) = ipc::bytes_channel().unwrap();
+                let senders: Vec<_> = (0..4u8)
+                    .map(|id| {
+                        let tx = tx.clone();
+                        std::thread::spawn(move || {
+                            for round in 0..3u8 {
+                                tx.send(&pattern(400_000 + usize::from(id) * 1000, id ^ round)).unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for _ in 0..12 {
+                    let got = rx.recv().unwrap();
+                    let id = ((got.len() - 400_000) / 1000) as u8;
+                    let round = (0..3u8).find(|r| got == pattern(got.len(), id ^ r));
+                    assert!(round.is_some(), "message from sender {id} was corrupted");
+                }
+                for s in senders {
+                    s.join().unwrap();
+                }
+            },
+        );
+    }
+}
+
+#[test]
+fn send_vectored_gathers_parts() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    let body = pattern(100_000, 1);
+    let parts: Vec<IoSlice<'_>> = body.chunks(1000).map(IoSlice::new).collect();
+    tx.send_vectored(&parts).unwrap();
+    assert_eq!(rx.recv().unwrap(), body);
+    // More parts than one iovec takes.
+    let parts: Vec<IoSlice<'_>> = body.chunks(10).map(IoSlice::new).collect();
+    tx.send_vectored(&parts).unwrap();
+    assert_eq!(rx.recv().unwrap(), body);
+    tx.send_vectored(&[IoSlice::new(b"head"), IoSlice::new(b""), IoSlice::new(b"tail")]).unwrap();
+    assert_eq!(rx.recv().unwrap(), b"headtail");
+}
+
+#[test]
+fn channels_travel_inside_messages() {
+    let _check = fd_check();
+    #[derive(Serialize, Deserialize)]
+    struct Request {
+        reply: IpcSender<String>,
+        data: IpcReceiver<u32>,
+        raw: IpcBytesSender,
+    }
+    let (req_tx, req_rx) = ipc::channel::<Request>().unwrap();
+    let (reply_tx, reply_rx) = ipc::channel::<String>().unwrap();
+    let (data_tx, data_rx) = ipc::channel::<u32>().unwrap();
+    let (raw_tx, raw_rx) = ipc::bytes_channel().unwrap();
+    req_tx.send(Request { reply: reply_tx, data: data_rx, raw: raw_tx }).unwrap();
+    let request = req_rx.recv().unwrap();
+    data_tx.send(5).unwrap();
+    assert_eq!(request.data.recv().unwrap(), 5);
+    request.reply.send("pong".into()).unwrap();
+    assert_eq!(reply_rx.recv().unwrap(), "pong");
+    request.raw.send(b"raw").unwrap();
+    assert_eq!(raw_rx.recv().unwrap(), b"raw");
+    // Dropping the only transferred sender disconnects the channel.
+    drop(request);
+    assert!(matches!(reply_rx.recv(), Err(IpcError::Disconnected)));
+    assert!(matches!(data_tx.send(1), Err(IpcError::Disconnected)));
+}
+
+#[test]
+fn many_channels_in_one_message_and_a_limit() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Vec<IpcSender<u8>>>().unwrap();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..63).map(|_| ipc::channel::<u8>().unwrap()).unzip();
+    tx.send(senders).unwrap();
+    let senders = rx.recv().unwrap();
+    for (i, (s, r)) in senders.iter().zip(&receivers).enumerate() {
+        s.send(i as u8).unwrap();
+        assert_eq!(r.recv().unwrap(), i as u8);
+    }
+    // 64 channel ends exceed what one message may carry: an error, not a panic.
+    let too_many: Vec<_> = (0..64).map(|_| ipc::channel::<u8>().unwrap().0).collect();
+    assert!(matches!(tx.send(too_many), Err(IpcError::Io(_))));
+    // Channels also travel with payloads in shared memory and fragments.
+    for threshold in [64 * 1024, usize::MAX] {
+        with_config(
+            |c| c.shm_threshold = threshold,
+            || {
+                let (tx, rx) = ipc::channel::<(IpcSender<u8>, Blob)>().unwrap();
+                let (s, r) = ipc::channel::<u8>().unwrap();
+                let blob = Blob { id: 1, bytes: pattern(150_000, 4) };
+                let sender = std::thread::spawn(move || tx.send((s, blob)).unwrap());
+                let (s, blob) = rx.recv().unwrap();
+                sender.join().unwrap();
+                assert_eq!(blob.bytes, pattern(150_000, 4));
+                s.send(9).unwrap();
+                assert_eq!(r.recv().unwrap(), 9);
+            },
+        );
+    }
+}
+
+#[test]
+fn opaque_ends_and_untyped_messages() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Shape>().unwrap();
+    let tx = tx.to_opaque().to::<Shape>();
+    let rx: OpaqueIpcReceiver = rx.to_opaque();
+    tx.send(Shape::Point { x: 1, y: 2 }).unwrap();
+    let message: IpcMessage = rx.recv().unwrap();
+    assert!(!message.data().is_empty());
+    assert_eq!(message.to::<Shape>().unwrap(), Shape::Point { x: 1, y: 2 });
+    // A message deserialized as the wrong type is an error, not a panic.
+    tx.send(Shape::Unit).unwrap();
+    assert!(rx.recv().unwrap().to::<(u64, u64)>().is_err());
+    let rx = rx.to::<Shape>();
+    tx.send(Shape::Unit).unwrap();
+    assert_eq!(rx.recv().unwrap(), Shape::Unit);
+    assert_eq!(IpcMessage::from_data(postcard_bytes_of_u32(7)).to::<u32>().unwrap(), 7);
+}
+
+fn postcard_bytes_of_u32(v: u32) -> Vec<u8> {
+    // postcard encodes a u32 as a varint; 7 fits one byte.
+    assert!(v < 128);
+    vec![v as u8]
+}
+
+#[test]
+fn try_recv_and_timeouts() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<u8>().unwrap();
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    let start = Instant::now();
+    assert!(matches!(rx.try_recv_timeout(Duration::from_millis(20)), Err(TryRecvError::Empty)));
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    tx.send(1).unwrap();
+    assert_eq!(rx.try_recv().unwrap(), 1);
+    tx.send(2).unwrap();
+    assert_eq!(rx.try_recv_timeout(Duration::from_secs(10)).unwrap(), 2);
+    drop(tx);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::IpcError(IpcError::Disconnected))));
+    assert!(matches!(
+        rx.try_recv_timeout(Duration::from_secs(10)),
+        Err(TryRecvError::IpcError(IpcError::Disconnected))
+    ));
+
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    assert!(matches!(rx.try_recv_timeout(Duration::from_millis(5)), Err(TryRecvError::Empty)));
+    tx.send(b"x").unwrap();
+    assert_eq!(rx.try_recv_timeout(Duration::from_secs(10)).unwrap(), b"x");
+}
+
+#[test]
+fn disconnection_both_ways() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<u32>().unwrap();
+    let tx2 = tx.clone();
+    tx.send(1).unwrap();
+    drop(tx);
+    tx2.send(2).unwrap();
+    drop(tx2);
+    // Queued messages come first, then the disconnection, every time.
+    assert_eq!(rx.recv().unwrap(), 1);
+    assert_eq!(rx.recv().unwrap(), 2);
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+
+    let (tx, rx) = ipc::channel::<u32>().unwrap();
+    drop(rx);
+    assert!(matches!(tx.send(1), Err(IpcError::Disconnected)));
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    drop(rx);
+    assert_eq!(tx.send(b"x").unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    assert_eq!(tx.send(&pattern(1 << 20, 0)).unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+}
+
+#[test]
+fn size_limit_is_checked_before_allocating() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    rx.set_max_message_size(1000);
+    tx.send(&pattern(1001, 0)).unwrap();
+    tx.send(&pattern(200_000, 0)).unwrap();
+    tx.send(&pattern(1000, 0)).unwrap();
+    for _ in 0..2 {
+        match rx.recv() {
+            Err(IpcError::Io(e)) => assert!(matches!(wire_error(&e), Some(WireError::TooLarge { limit: 1000, .. }))),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+    }
+    assert_eq!(rx.recv().unwrap(), pattern(1000, 0));
+}
+
+#[test]
+fn one_shot_server_in_process() {
+    let _check = fd_check();
+    let (server, name) = IpcOneShotServer::<(String, IpcSender<u8>)>::new().unwrap();
+    let (tx, rx) = ipc::channel::<u8>().unwrap();
+    let client = IpcSender::<(String, IpcSender<u8>)>::connect(name.clone()).unwrap();
+    client.send(("hi".into(), tx)).unwrap();
+    let (server_rx, (greeting, reply)) = server.accept().unwrap();
+    assert_eq!(greeting, "hi");
+    reply.send(3).unwrap();
+    assert_eq!(rx.recv().unwrap(), 3);
+    client.send(("again".into(), ipc::channel().unwrap().0)).unwrap();
+    assert_eq!(server_rx.recv().unwrap().0, "again");
+    // The rendezvous socket is gone once the server is consumed.
+    assert!(!std::path::Path::new(&name).exists());
+
+    let (server, _name) = IpcOneShotServer::<u8>::new().unwrap();
+    match server.accept_timeout(Duration::from_millis(20)) {
+        Err(IpcError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::TimedOut),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn senders_are_sync_and_receivers_are_send() {
+    fn sync<T: Sync + Send>() {}
+    fn send<T: Send>() {}
+    sync::<IpcSender<Shape>>();
+    sync::<IpcBytesSender>();
+    send::<IpcReceiver<Shape>>();
+    send::<IpcBytesReceiver>();
+}
+
+#[test]
+fn many_threads_share_one_sender() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<(u8, u32)>().unwrap();
+    let threads: Vec<_> = (0..4u8)
+        .map(|id| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for seq in 0..2000 {
+                    tx.send((id, seq)).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut next: HashMap<u8, u32> = HashMap::new();
+    let mut count = 0;
+    while let Ok((id, seq)) = rx.recv() {
+        let expected = next.entry(id).or_default();
+        assert_eq!(seq, *expected, "per-sender order");
+        *expected += 1;
+        count += 1;
+    }
+    assert_eq!(count, 8000);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+// ===== a hostile peer =====
+
+fn wire_error(e: &std::io::Error) -> Option<WireError> {
+    e.get_ref().and_then(|e| e.downcast_ref::<WireError>()).copied()
+}
+
+/// A bytes receiver and the raw socket that feeds it.
+fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
+    let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    (a, IpcBytesReceiver::from(b))
+}
+
+fn header(body: u8, nfds: u8, total: u64, kinds: u128) -> Vec<u8> {
+    let mut h = Vec::with_capacity(32);
+    h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
+    h.extend_from_slice(&[body, nfds, 0, 0]);
+    h.extend_from_slice(&total.to_le_bytes());
+    h.extend_from_slice(&kinds.to_le_bytes());
+    h
+}
+
+fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
+    net::sendmsg(fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL).unwrap();
+}
+
+#[test]
+fn garbage_gives_typed_errors_and_the_channel_survives() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let (spare_a, spare_b) = rustix::pipe::pipe().unwrap();
+    let mut inline_ok = header(0, 0, 3, 0);
+    inline_ok.extend_from_slice(b"abc");
+    let mut claims_more = header(0, 0, 10, 0);
+    claims_more.extend_from_slice(b"abc");
+    let cases: Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>, &str)> = vec![
+        (b"short".to_vec(), vec![], "short packet"),
+        (vec![0xff; 64], vec![], "bad magic"),
+        (header(7, 0, 0, 0), vec![], "unknown body"),
+        (claims_more, vec![], "length mismatch"),
+        (header(0, 0, 1 << 40, 0), vec![], "huge claim"),
+        (header(1, 0, 1 << 20, 0), vec![], "fragmented without carrier"),
+        (header(2, 0, 1 << 20, 0), vec![], "region without carrier"),
+        (inline_ok.clone(), vec![spare_a.as_fd(), spare_b.as_fd()], "surplus descriptors"),
+        (header(2, 1, 100, 3), vec![spare_a.as_fd()], "a pipe posing as a region"),
+        (header(1, 1, 1 << 20, 3), vec![spare_a.as_fd()], "a pipe posing as a fragment socket"),
+    ];
+    for (bytes, fds, what) in &cases {
+        raw_send(&raw, bytes, fds);
+        match rx.recv() {
+            Err(IpcError::Io(e)) => {
+                assert!(wire_error(&e).is_some() || e.kind() != std::io::ErrorKind::Other, "{what}: {e}")
+            }
+            other => panic!("{what}: expected an error, got {other:?}"),
+        }
+        // The channel still works after each bad message.
+        raw_send(&raw, &inline_ok, &[]);
+        assert_eq!(rx.recv().unwrap(), b"abc", "{what}");
+    }
+    drop((spare_a, spare_b));
+}
+
+#[test]
+fn oversized_packets_and_descriptor_floods() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    // A peer with a larger send buffer sends a packet longer than ours can be.
+    net::sockopt::set_socket_send_buffer_size(&raw, 4 << 20).unwrap();
+    let mut big = header(0, 0, 0, 0);
+    big.resize(1 << 20, 7);
+    big[8..16].copy_from_slice(&((1u64 << 20) - 32).to_le_bytes());
+    raw_send(&raw, &big, &[]);
+    match rx.recv() {
+        Err(IpcError::Io(e)) => assert_eq!(wire_error(&e), Some(WireError::Truncated)),
+        other => panic!("expected Truncated, got {other:?}"),
+    }
+    // More descriptors than any message may carry: the kernel truncates the
+    // control data, the receiver reports it and closes what did arrive.
+    let pipes: Vec<_> = (0..40).map(|_| rustix::pipe::pipe().unwrap()).collect();
+    let fds: Vec<_> = pipes.iter().flat_map(|(a, b)| [a.as_fd(), b.as_fd()]).collect();
+    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    net::sendmsg(&raw, &[IoSlice::new(&header(0, 0, 0, 0))], &mut control, SendFlags::NOSIGNAL).unwrap();
+    match rx.recv() {
+        Err(IpcError::Io(e)) => assert_eq!(wire_error(&e), Some(WireError::ControlTruncated)),
+        other => panic!("expected ControlTruncated, got {other:?}"),
+    }
+    drop(fds);
+    drop(pipes);
+    raw_send(&raw, &header(0, 0, 0, 0), &[]);
+    assert_eq!(rx.recv().unwrap(), b"");
+}
+
+#[test]
+fn typed_receiver_rejects_bad_channel_indices() {
+    let _check = fd_check();
+    // A message that names channel index 5 while carrying one descriptor.
+    let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let rx = IpcReceiver::<IpcSender<u8>>::from(b);
+    let (spare, _keep) = ipc::channel::<u8>().unwrap();
+    let mut message = header(0, 1, 1, 0);
+    message.push(5);
+    raw_send(&a, &message, &[spare.as_fd()]);
+    assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
+    // The same index twice.
+    let rx = IpcReceiver::<(IpcSender<u8>, IpcSender<u8>)>::from(rx_fd(rx));
+    let mut message = header(0, 1, 2, 0);
+    message.extend_from_slice(&[0, 0]);
+    raw_send(&a, &message, &[spare.as_fd()]);
+    assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
+}
+
+fn rx_fd<T>(rx: IpcReceiver<T>) -> OwnedFd {
+    rx.as_fd().try_clone_to_owned().unwrap()
+}
