@@ -52,6 +52,18 @@ impl Config {
         }
     }
 
+    /// [`Config::max_message_size`] in force (one load, for the receive path).
+    #[inline]
+    pub(crate) fn max_message_size_now() -> u64 {
+        MAX_MESSAGE_SIZE.load(Ordering::Relaxed)
+    }
+
+    /// [`Config::shm_threshold`] in force (one load, for the send path).
+    #[inline]
+    pub(crate) fn shm_threshold_now() -> usize {
+        usize::try_from(SHM_THRESHOLD.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
     /// Replaces the settings for operations that start from now on.
     pub fn set_global(config: Config) {
         MAX_MESSAGE_SIZE.store(config.max_message_size, Ordering::Relaxed);

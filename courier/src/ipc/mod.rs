@@ -261,7 +261,7 @@ where
     }
 
     fn recv_wait(&self, wait: Wait) -> Result<T, TryRecvError> {
-        let limit = self.limit.get().unwrap_or_else(|| Config::global().max_message_size);
+        let limit = self.limit.get().unwrap_or_else(Config::max_message_size_now);
         let mut buf = self.buf.borrow_mut();
         let fds = self.os.recv_into(&mut buf, wait, limit)?;
         let value = handles::deserialize_message(&buf, fds).map_err(IpcError::from);
@@ -378,7 +378,7 @@ impl IpcBytesReceiver {
     }
 
     fn recv_wait(&self, wait: Wait) -> Result<Vec<u8>, TryRecvError> {
-        let limit = self.limit.get().unwrap_or_else(|| Config::global().max_message_size);
+        let limit = self.limit.get().unwrap_or_else(Config::max_message_size_now);
         let mut data = Vec::with_capacity(self.guess.get());
         let fds = self.os.recv_into(&mut data, wait, limit)?;
         // Bytes channels carry no channels; close whatever a peer attached.
@@ -497,7 +497,7 @@ impl OpaqueIpcReceiver {
 
     /// Receives the next message without deserializing it.
     pub fn recv(&self) -> Result<IpcMessage, IpcError> {
-        let limit = Config::global().max_message_size;
+        let limit = Config::max_message_size_now();
         let mut data = Vec::new();
         let channels = self.os.recv_into(&mut data, Wait::Block, limit)?;
         Ok(IpcMessage { data, channels })

@@ -122,7 +122,22 @@ impl Header {
 
     /// Decodes and validates a header that arrived with `nfds_received`
     /// descriptors.
+    #[inline]
     pub fn decode(bytes: &[u8; HEADER_LEN], nfds_received: usize) -> Result<Self, WireError> {
+        // Fast path, the common case: inline, no descriptors, no kinds.
+        const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, reserved 0
+        if u64::from_le_bytes(field(bytes, 0)) == PLAIN
+            && nfds_received == 0
+            && u128::from_le_bytes(field(bytes, 16)) == 0
+        {
+            let total = u64::from_le_bytes(field(bytes, 8));
+            return Ok(Header { body: Body::Inline, nfds: 0, total, kinds: 0 });
+        }
+        Self::decode_slow(bytes, nfds_received)
+    }
+
+    #[cold]
+    fn decode_slow(bytes: &[u8; HEADER_LEN], nfds_received: usize) -> Result<Self, WireError> {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
             return Err(WireError::BadHeader("bad magic"));
         }

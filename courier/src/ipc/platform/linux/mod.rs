@@ -148,9 +148,9 @@ impl OsSender {
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let config = Config::global();
+        let shm_threshold = Config::shm_threshold_now();
         let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
-        if total < config.shm_threshold && total <= inline_max && parts.len() < IOV_MAX {
+        if total < shm_threshold && total <= inline_max && parts.len() < IOV_MAX {
             match self.send_inline(parts, total, channels) {
                 Err(Errno::NOBUFS) => {}
                 other => return other.map_err(SendError::from),
@@ -158,7 +158,7 @@ impl OsSender {
             // The kernel could not allocate one packet this large: fragment.
             return self.send_fragmented(parts, total, channels, inline_max / 2);
         }
-        if total >= config.shm_threshold {
+        if total >= shm_threshold {
             return self.send_shm(parts, total, channels);
         }
         self.send_fragmented(parts, total, channels, socket::max_packet())
@@ -317,7 +317,7 @@ thread_local! {
     /// Where the part of a packet lands that the destination had no room
     /// for. Allocated on first use, never initialised: the kernel writes only
     /// what arrives, so only pages that ever held overflow become resident.
-    static OVERFLOW: RefCell<Box<[MaybeUninit<u8>]>> = RefCell::new(Box::new_uninit_slice(0));
+    static OVERFLOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl OsReceiver {
@@ -345,13 +345,14 @@ impl OsReceiver {
         let mut header = [MaybeUninit::<u8>::uninit(); HEADER_LEN];
         let packet_room = socket::max_packet() - HEADER_LEN;
         let (packet, header) = OVERFLOW.with(|overflow| {
-            let mut overflow = overflow.borrow_mut();
+            let mut overflow_buf = overflow.borrow_mut();
             let spare = dst.spare_capacity_mut();
             let spare_len = spare.len();
             let need = packet_room.saturating_sub(spare_len);
-            if overflow.len() < need {
-                *overflow = Box::new_uninit_slice(packet_room);
+            if overflow_buf.capacity() < need {
+                *overflow_buf = Vec::with_capacity(packet_room);
             }
+            let overflow = overflow_buf.spare_capacity_mut();
             let mut iov = [RecvIoVec::new(&mut header), RecvIoVec::new(spare), RecvIoVec::new(&mut overflow[..need])];
             let packet = socket::recv(self.fd(), &mut iov, dontwait)?;
             let header = self.check_packet(&packet, &header)?;

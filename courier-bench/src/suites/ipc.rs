@@ -1,0 +1,290 @@
+//! `ipc` (seed 000): courier's cross-process channels against ipc-channel.
+//!
+//! # `sendrecv_<size>`: seed 000's table
+//! One message sent, then received, by one thread on one channel, for sizes
+//! 1 B … 8 MiB doubling (24 sizes with `--full`; 7 in the quick run). Subjects:
+//!
+//! | subject | what one operation is |
+//! | --- | --- |
+//! | `courier` | `IpcSender<Vec<u8>>::send(data.clone())` + `recv()` |
+//! | `courier-serde-bytes` | the same with the payload in a `#[serde(with = "serde_bytes")]` field |
+//! | `courier-bytes` | `IpcBytesSender::send(&data)` + `recv()` |
+//! | `ipc-channel` | ipc-channel's `IpcSender<Vec<u8>>`, as `courier` |
+//! | `ipc-channel-bytes` | ipc-channel's bytes channel, as `courier-bytes` |
+//! | `floor` | up to one packet: `send(2)` + `recv(2)` of the bytes on a socketpair into a reused buffer; above: two `memcpy`s into warm buffers (in and out, the least any copying transport does) |
+//!
+//! Typed subjects clone the payload per send (both crates take `T` by
+//! value). ipc-channel cannot send a message larger than its socket buffer
+//! and receive it on the same thread (the send blocks until the receiver
+//! reads), so above that size its send runs on a scoped thread per message,
+//! as ipc-channel's own `benches/platform.rs` does.
+//!
+//! # `rtt_<size>_<placement>`: round trips between two processes
+//! A child echoes every message back on a second channel; both crates use
+//! their own one-shot server to bootstrap and bytes channels to carry the
+//! payload; every round trip is timed on its own (p50, p99).
+
+use std::hint::black_box;
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+
+use courier::ipc as cr;
+use ipc_channel::ipc as ic;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::child::{self, Placement};
+use crate::harness::measure::{time_each, Sampled, Sampler};
+use crate::harness::stats::quantile;
+use crate::harness::{Case, Ctx, Result};
+
+/// A typed message whose payload goes as one copy.
+#[derive(Clone, Serialize, Deserialize)]
+struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
+
+/// Bytes each sample should move, so that small sizes batch many messages.
+const BYTES_PER_SAMPLE: usize = 1 << 20;
+
+fn sizes(full: bool) -> Vec<usize> {
+    if full {
+        (0..24).map(|i| 1 << i).collect()
+    } else {
+        vec![1, 64, 4096, 65536, 1 << 20, 8 << 20]
+    }
+}
+
+fn sampler(size: usize, samples: usize) -> Sampler {
+    let ops = (BYTES_PER_SAMPLE / size).clamp(1, 2000) as u64;
+    let samples = if size >= 1 << 20 { samples.min(20) } else { samples };
+    Sampler::new(samples).warmup(3).ops(ops)
+}
+
+type Subject = (&'static str, fn(&Sampler, &[u8]) -> Result<Sampled>);
+
+const SUBJECTS: &[Subject] = &[
+    ("courier", courier_typed),
+    ("courier-serde-bytes", courier_serde_bytes),
+    ("courier-bytes", courier_bytes),
+    ("ipc-channel", ipc_channel_typed),
+    ("ipc-channel-bytes", ipc_channel_bytes),
+    ("floor", floor),
+];
+
+/// Runs the suite.
+pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
+    let samples = ctx.samples(30, 100);
+    for size in sizes(ctx.full()) {
+        let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let case = Case::sized("sendrecv", size as u64);
+        for (subject, measure) in SUBJECTS {
+            ctx.status(format!("{} · {subject}", case.name()));
+            let s = measure(&sampler(size, samples), &data)?;
+            ctx.record(&case, subject, "sendrecv_ns", "ns", &s.wall_ns);
+        }
+        cr::trim_region_pool();
+    }
+    ctx.note("sendrecv: one message sent then received by one thread; typed subjects clone the Vec per send");
+    ctx.note(format!(
+        "ipc-channel above {} B sends from a scoped thread per message (its send blocks until read); \
+         floor above one packet = two warm memcpys",
+        ic_max_fragment()
+    ));
+    round_trips(ctx)
+}
+
+fn courier_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    let (tx, rx) = cr::channel::<Vec<u8>>()?;
+    let data = data.to_vec();
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(data.clone())?;
+            black_box(rx.recv()?);
+        }
+        Ok::<_, cr::IpcError>(())
+    })?)
+}
+
+fn courier_serde_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    let (tx, rx) = cr::channel::<Blob>()?;
+    let data = Blob(data.to_vec());
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(data.clone())?;
+            black_box(rx.recv()?);
+        }
+        Ok::<_, cr::IpcError>(())
+    })?)
+}
+
+fn courier_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    let (tx, rx) = cr::bytes_channel()?;
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(data)?;
+            black_box(rx.recv()?);
+        }
+        Ok::<_, cr::IpcError>(())
+    })?)
+}
+
+fn ic_max_fragment() -> usize {
+    ipc_channel::platform::OsIpcSender::get_max_fragment_size()
+}
+
+/// Sends with `send` and receives with `recv`, on a scoped thread when the
+/// message is too large for ipc-channel to send before it is received.
+fn ic_roundtrip<T>(
+    size: usize,
+    send: impl Fn() -> Result<(), ipc_channel::IpcError> + Sync,
+    recv: impl Fn() -> Result<T, ipc_channel::IpcError>,
+) -> Result<()> {
+    if size <= ic_max_fragment() {
+        send()?;
+        black_box(recv()?);
+        return Ok(());
+    }
+    std::thread::scope(|s| {
+        let sender = s.spawn(&send);
+        black_box(recv()?);
+        sender.join().map_err(|_| "ipc-channel sender panicked")??;
+        Ok(())
+    })
+}
+
+fn ipc_channel_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    let (tx, rx) = ic::channel::<Vec<u8>>()?;
+    let data = data.to_vec();
+    sampler.run(|ops| {
+        for _ in 0..ops {
+            ic_roundtrip(data.len(), || tx.send(data.clone()), || rx.recv())?;
+        }
+        Ok(())
+    })
+}
+
+fn ipc_channel_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    let (tx, rx) = ic::bytes_channel()?;
+    sampler.run(|ops| {
+        for _ in 0..ops {
+            ic_roundtrip(data.len(), || Ok(tx.send(data)?), || rx.recv())?;
+        }
+        Ok(())
+    })
+}
+
+/// The least a transport can do: one packet each way through the kernel, or
+/// for larger payloads, a copy in and a copy out of warm memory.
+fn floor(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+    use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    let max_packet = net::sockopt::socket_send_buffer_size(
+        &net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?.0,
+    )? - 32;
+    let mut out = vec![MaybeUninit::<u8>::uninit(); data.len()];
+    if data.len() <= max_packet {
+        let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        return Ok(sampler.run(|ops| {
+            for _ in 0..ops {
+                net::send(&a, data, SendFlags::NOSIGNAL)?;
+                black_box(net::recv(&b, &mut out[..], RecvFlags::empty())?);
+            }
+            Ok::<_, io::Error>(())
+        })?);
+    }
+    let mut staging = data.to_vec();
+    let mut out = data.to_vec();
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            staging.copy_from_slice(black_box(data));
+            out.copy_from_slice(black_box(&staging));
+            black_box(&mut out);
+        }
+        Ok::<_, io::Error>(())
+    })?)
+}
+
+// ===== round trips between two processes =====
+
+const RTT_SIZES: [usize; 3] = [64, 4096, 65536];
+
+/// The bootstrap message: the child's request sender and reply receiver.
+type CourierBoot = (cr::IpcBytesSender, cr::IpcBytesReceiver);
+type IpcChannelBoot = (ic::IpcBytesSender, ic::IpcBytesReceiver);
+
+fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
+    let n = ctx.pick(2000, 20000);
+    for placement in Placement::BOTH {
+        let _pin = placement.enter()?;
+        for size in RTT_SIZES {
+            let data = vec![7u8; size];
+            let case = Case::sized(format!("rtt_{}", placement.label()), size as u64);
+
+            ctx.status(format!("{} · courier", case.name()));
+            let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
+            let peer = child::spawn("ipc-echo-courier", &[name], &[])?;
+            let (_rx, (tx, rx)) = server.accept_timeout(std::time::Duration::from_secs(30))?;
+            let each = time_each(200, n, || {
+                tx.send(&data)?;
+                black_box(rx.recv()?);
+                Ok::<_, cr::IpcError>(())
+            })?;
+            drop((tx, rx));
+            peer.wait()?;
+            record_rtt(ctx, &case, "courier", &each.ns);
+
+            ctx.status(format!("{} · ipc-channel", case.name()));
+            let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
+            let peer = child::spawn("ipc-echo-ipc-channel", &[name], &[])?;
+            let (_rx, (tx, rx)) = server.accept()?;
+            let each = time_each(200, n, || {
+                tx.send(&data)?;
+                black_box(rx.recv()?);
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            })?;
+            drop((tx, rx));
+            peer.wait()?;
+            record_rtt(ctx, &case, "ipc-channel", &each.ns);
+            cr::trim_region_pool();
+        }
+    }
+    ctx.note(format!("rtt: {n} round trips per case, each timed alone; child echoes on a second bytes channel"));
+    Ok(())
+}
+
+fn record_rtt(ctx: &mut Ctx<'_>, case: &Case, subject: &str, ns: &[f64]) {
+    // The recorded median is the p50; the p99 goes beside it.
+    ctx.record(case, subject, "rtt_ns", "ns", ns);
+    let mut sorted = ns.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    ctx.record_value(case, subject, "rtt_p99_ns", "ns", quantile(&sorted, 0.99));
+}
+
+/// Child role: echoes courier bytes messages until the parent hangs up.
+pub fn echo_courier(args: &[String]) -> Result<()> {
+    child::die_with_parent()?;
+    let name = args.first().ok_or("server name")?.clone();
+    let (req_tx, req_rx) = cr::bytes_channel()?;
+    let (rep_tx, rep_rx) = cr::bytes_channel()?;
+    cr::IpcSender::<CourierBoot>::connect(name)?.send((req_tx, rep_rx))?;
+    loop {
+        match req_rx.recv() {
+            Ok(msg) => rep_tx.send_vectored(&[IoSlice::new(&msg)])?,
+            Err(cr::IpcError::Disconnected) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Child role: echoes ipc-channel bytes messages until the parent hangs up.
+pub fn echo_ipc_channel(args: &[String]) -> Result<()> {
+    child::die_with_parent()?;
+    let name = args.first().ok_or("server name")?.clone();
+    let (req_tx, req_rx) = ic::bytes_channel()?;
+    let (rep_tx, rep_rx) = ic::bytes_channel()?;
+    ic::IpcSender::<IpcChannelBoot>::connect(name)?.send((req_tx, rep_rx))?;
+    loop {
+        match req_rx.recv() {
+            Ok(msg) => rep_tx.send(&msg)?,
+            Err(ipc_channel::IpcError::Disconnected) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
