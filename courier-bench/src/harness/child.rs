@@ -9,8 +9,8 @@
 //! aborted run leaves no spinning orphan.
 //!
 //! [`Placement`] decides where both processes run: a process's CPU mask is
-//! inherited across `fork` and kept across `execve`, so a child spawned while
-//! the parent's thread is pinned is pinned the same way.
+//! inherited across `fork` and kept across `execve`, so a child spawned (with
+//! [`Affinity::spawn`]) while the parent's thread is placed is placed too.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -166,10 +166,13 @@ pub enum Placement {
     /// Wherever the scheduler puts them: what users see. On a 2-vCPU VM a
     /// wake-up on the other vCPU costs tens of µs and the figures swing.
     Unpinned,
+    /// Each on its own CPU (the two lowest): every wake-up crosses CPUs, and
+    /// two spinning processes never take each other's time slice.
+    Split,
 }
 
 impl Placement {
-    /// Both placements, in report order.
+    /// The two placements every cross-process case reports.
     pub const BOTH: [Placement; 2] = [Placement::Pinned, Placement::Unpinned];
 
     /// The label that goes into case names.
@@ -177,29 +180,63 @@ impl Placement {
         match self {
             Placement::Pinned => "pinned",
             Placement::Unpinned => "unpinned",
+            Placement::Split => "split",
         }
     }
 
     /// Applies this placement to the calling thread until the guard drops;
-    /// children spawned meanwhile inherit it.
+    /// spawn the peer with [`Affinity::spawn`] to place it too.
     pub fn enter(self) -> io::Result<Affinity> {
         let saved = sched_getaffinity(None)?;
-        if self == Placement::Pinned {
-            let cpu = (0..CpuSet::MAX_CPU)
-                .find(|&cpu| saved.is_set(cpu))
-                .ok_or_else(|| io::Error::other("empty CPU mask"))?;
-            let mut one = CpuSet::new();
-            one.set(cpu);
-            sched_setaffinity(None, &one)?;
+        let mut cpus = (0..CpuSet::MAX_CPU).filter(|&cpu| saved.is_set(cpu));
+        let (ours, peer) = match self {
+            Placement::Unpinned => (None, None),
+            Placement::Pinned => {
+                let cpu = cpus
+                    .next()
+                    .ok_or_else(|| io::Error::other("empty CPU mask"))?;
+                (Some(cpu), None)
+            }
+            Placement::Split => match (cpus.next(), cpus.next()) {
+                (Some(a), Some(b)) => (Some(a), Some(b)),
+                _ => return Err(io::Error::other("the split placement needs two CPUs")),
+            },
+        };
+        if let Some(cpu) = ours {
+            sched_setaffinity(None, &only(cpu))?;
         }
-        Ok(Affinity { saved })
+        Ok(Affinity { saved, ours, peer })
     }
 }
 
-/// Restores the thread's CPU mask when dropped.
+fn only(cpu: usize) -> CpuSet {
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    set
+}
+
+/// A placement in force on the calling thread; restores the thread's CPU
+/// mask when dropped.
 #[must_use = "the placement ends when the guard drops"]
 pub struct Affinity {
     saved: CpuSet,
+    ours: Option<usize>,
+    peer: Option<usize>,
+}
+
+impl Affinity {
+    /// [`spawn`]s the peer process into this placement: it inherits the
+    /// thread's mask, switched to the peer's CPU for the moment of the fork
+    /// when the placement splits the two.
+    pub fn spawn(&self, role: &str, args: &[String], fds: &[BorrowedFd<'_>]) -> io::Result<Peer> {
+        let (Some(peer), Some(ours)) = (self.peer, self.ours) else {
+            return spawn(role, args, fds);
+        };
+        sched_setaffinity(None, &only(peer))?;
+        let spawned = spawn(role, args, fds);
+        sched_setaffinity(None, &only(ours))?;
+        spawned
+    }
 }
 
 impl Drop for Affinity {
@@ -230,6 +267,17 @@ mod tests {
     fn labels() {
         let labels: Vec<_> = Placement::BOTH.iter().map(|p| p.label()).collect();
         assert_eq!(labels, ["pinned", "unpinned"]);
+        assert_eq!(Placement::Split.label(), "split");
+    }
+
+    #[test]
+    fn split_placement_pins_this_thread_to_one_cpu() {
+        let before = sched_getaffinity(None).unwrap();
+        match Placement::Split.enter() {
+            Ok(_guard) => assert_eq!(sched_getaffinity(None).unwrap().count(), 1),
+            Err(_) => assert!(before.count() < 2, "two CPUs but no split"),
+        }
+        assert_eq!(sched_getaffinity(None).unwrap().count(), before.count());
     }
 
     #[test]

@@ -11,9 +11,10 @@
 //!
 //! Round trips are timed one by one (p50 with its spread, p99, and the
 //! parent thread's CPU time per round trip, which tells blocking from
-//! spinning). Pinned, both processes share one CPU, so a spinning waiter
-//! yields at once (spinning there only burns the time slice its peer needs);
-//! unpinned, it polls 1024 times between yields.
+//! spinning), in three placements: `pinned` (both on one CPU), `unpinned`
+//! (the scheduler's choice) and `split` (one CPU each). Pinned, a spinning
+//! waiter yields at once (spinning there only burns the time slice its peer
+//! needs); otherwise it polls 1024 times between yields.
 
 use std::hint::black_box;
 use std::io;
@@ -27,7 +28,7 @@ use rustix::net::{
 };
 use rustix::thread::futex;
 
-use crate::harness::child::{self, inherited_fd, Peer, Placement};
+use crate::harness::child::{inherited_fd, Peer, Placement};
 use crate::harness::measure::{time_each, Each, Sampled, Sampler};
 use crate::harness::mem::{memfd, Mapping};
 use crate::harness::report::FLOOR;
@@ -47,13 +48,18 @@ const SHM_LEN: usize = 4096;
 /// The ping value that tells the child to exit.
 const STOP: u32 = u32::MAX;
 
+/// The floor's placements: the two every suite reports, plus `split`
+/// (each process on its own CPU), which shows the cross-CPU wake-up on its
+/// own and the shared-memory limit when both sides really spin.
+const PLACEMENTS: [Placement; 3] = [Placement::Pinned, Placement::Unpinned, Placement::Split];
+
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     memcpy(ctx)?;
-    let n = ctx.samples(5_000, 100_000);
-    let spin_n = ctx.samples(20_000, 1_000_000);
+    let n = ctx.samples(10_000, 100_000);
+    let spin_n = ctx.samples(50_000, 1_000_000);
     let warmup = (n / 10).max(100);
-    for placement in Placement::BOTH {
+    for placement in placements() {
         let case = Case::sized(
             format!("rtt_socket_{}", placement.label()),
             RTT_BYTES as u64,
@@ -62,19 +68,19 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         let each = socket_rtt(placement, RTT_BYTES, warmup, n)?;
         ctx.record_latencies(&case, FLOOR, "rtt", &each);
     }
-    for placement in Placement::BOTH {
+    for placement in placements() {
         let case = Case::new(format!("rtt_eventfd_{}", placement.label()));
         ctx.status(case.name());
         let each = eventfd_rtt(placement, warmup, n)?;
         ctx.record_latencies(&case, FLOOR, "rtt", &each);
     }
-    for placement in Placement::BOTH {
+    for placement in placements() {
         let case = Case::new(format!("rtt_futex_{}", placement.label()));
         ctx.status(case.name());
         let each = shm_rtt(placement, Wait::Futex, warmup, n)?;
         ctx.record_latencies(&case, FLOOR, "rtt", &each);
     }
-    for placement in Placement::BOTH {
+    for placement in placements() {
         let case = Case::new(format!("rtt_shm_spin_{}", placement.label()));
         ctx.status(case.name());
         let each = shm_rtt(placement, Wait::spin(placement), spin_n / 10, spin_n)?;
@@ -82,9 +88,17 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     }
     ctx.note(format!(
         "round trips: {n} timed after {warmup} untimed (shared-memory spin: {spin_n}); \
-         pinned = both processes on one CPU"
+         pinned = both processes on one CPU, split = one each, unpinned = the scheduler's choice"
     ));
     Ok(())
+}
+
+/// [`PLACEMENTS`], without `split` on a single-CPU machine.
+fn placements() -> impl Iterator<Item = Placement> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    PLACEMENTS
+        .into_iter()
+        .filter(move |&p| p != Placement::Split || cpus >= 2)
 }
 
 /// memcpy bandwidth into warm and into freshly mapped memory.
@@ -173,9 +187,9 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Round trips of `size` bytes to a child echoing on a `SOCK_SEQPACKET`
 /// socketpair, in `placement`.
 pub fn socket_rtt(placement: Placement, size: usize, warmup: usize, n: usize) -> Result<Each> {
-    let _placed = placement.enter()?;
+    let placed = placement.enter()?;
     let (ours, theirs) = seqpacket_pair()?;
-    let peer = child::spawn("floor-echo-socket", &[size.to_string()], &[theirs.as_fd()])?;
+    let peer = placed.spawn("floor-echo-socket", &[size.to_string()], &[theirs.as_fd()])?;
     drop(theirs);
     let msg = vec![0x5au8; size];
     let mut buf = vec![0u8; size.max(1)];
@@ -210,10 +224,10 @@ pub fn echo_socket(args: &[String]) -> Result<()> {
 
 /// Round trips of a wake-up through two eventfds (ping, pong).
 fn eventfd_rtt(placement: Placement, warmup: usize, n: usize) -> Result<Each> {
-    let _placed = placement.enter()?;
+    let placed = placement.enter()?;
     let ping = eventfd(0, EventfdFlags::CLOEXEC)?;
     let pong = eventfd(0, EventfdFlags::CLOEXEC)?;
-    let peer = child::spawn("floor-echo-eventfd", &[], &[ping.as_fd(), pong.as_fd()])?;
+    let peer = placed.spawn("floor-echo-eventfd", &[], &[ping.as_fd(), pong.as_fd()])?;
     let mut word = [0u8; 8];
     let each = time_each(warmup, n, || {
         rustix::io::write(&ping, &1u64.to_ne_bytes())?;
@@ -254,7 +268,7 @@ impl Wait {
     fn spin(placement: Placement) -> Wait {
         let polls_per_yield = match placement {
             Placement::Pinned => 0,
-            Placement::Unpinned => 1024,
+            Placement::Unpinned | Placement::Split => 1024,
         };
         Wait::Spin { polls_per_yield }
     }
@@ -328,12 +342,12 @@ impl Wait {
 /// Round trips of a sequence number through a shared memfd page: the parent
 /// bumps PING, the child copies it to PONG.
 fn shm_rtt(placement: Placement, wait: Wait, warmup: usize, n: usize) -> Result<Each> {
-    let _placed = placement.enter()?;
+    let placed = placement.enter()?;
     let fd = memfd("courier-bench-floor", SHM_LEN as u64)?;
     let map = Mapping::shared(&fd, SHM_LEN)?;
     let (ping, pong) = (map.atomic_u32(PING), map.atomic_u32(PONG));
     let (role, args) = wait.role();
-    let mut peer: Peer = child::spawn(role, &args, &[fd.as_fd()])?;
+    let mut peer: Peer = placed.spawn(role, &args, &[fd.as_fd()])?;
     let mut seq = 0u32;
     let each = time_each(warmup, n, || {
         seq += 1;

@@ -36,8 +36,8 @@
 //!     // 2. Externally measured samples: anything that yields one figure per
 //!     //    sample, e.g. every round trip timed on its own, in both placements.
 //!     for placement in Placement::BOTH {
-//!         let _pin = placement.enter()?; // children spawned now inherit it
-//!         let peer = child::spawn("ipc-echo", &[], &[theirs.as_fd()])?;
+//!         let placed = placement.enter()?; // this thread, until dropped
+//!         let peer = placed.spawn("ipc-echo", &[], &[theirs.as_fd()])?; // the child too
 //!         let each = time_each(500, samples, || round_trip(&ours))?;
 //!         let case = Case::sized(format!("rtt_{}", placement.label()), 64);
 //!         ctx.record(&case, "courier", "rtt_p50_ns", "ns", &each.ns);
