@@ -45,11 +45,8 @@ fn sweep_metric(report: &Report) -> Option<String> {
 
 /// One line per (family, subject) of `metric`, points in size order.
 fn lines<'r>(report: &'r Report, metric: &str) -> Vec<(String, Vec<(f64, f64)>)> {
-    let rows: Vec<&'r Row> = report
-        .rows
-        .iter()
-        .filter(|r| r.metric == metric && r.bytes.is_some() && r.value > 0.0)
-        .collect();
+    let rows: Vec<&'r Row> =
+        report.rows.iter().filter(|r| r.metric == metric && r.bytes.is_some() && r.value > 0.0).collect();
     let families: BTreeSet<&str> = rows.iter().map(|r| r.family.as_str()).collect();
     let mut keys: Vec<(&str, &str)> = Vec::new();
     for r in &rows {
@@ -66,11 +63,7 @@ fn lines<'r>(report: &'r Report, metric: &str) -> Vec<(String, Vec<(f64, f64)>)>
                 .map(|r| (r.bytes.unwrap_or(0) as f64, r.value))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let label = if families.len() > 1 {
-                format!("{family} · {subject}")
-            } else {
-                subject.to_string()
-            };
+            let label = if families.len() > 1 { format!("{family} · {subject}") } else { subject.to_string() };
             (label, points)
         })
         .collect()
@@ -89,11 +82,7 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
     let lines = lines(report, metric);
     let (x0, x1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.0)));
     let (y0, y1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)));
-    let unit = report
-        .rows
-        .iter()
-        .find(|r| r.metric == metric)
-        .map_or("", |r| r.unit.as_str());
+    let unit = report.rows.iter().find(|r| r.metric == metric).map_or("", |r| r.unit.as_str());
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -111,20 +100,10 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
     for (i, (label, points)) in lines.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))?
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
             .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(PointSeries::of_element(
-            points,
-            3,
-            color.filled(),
-            &|c, s, st| Circle::new(c, s, st),
-        ))?;
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(PointSeries::of_element(points, 3, color.filled(), &|c, s, st| Circle::new(c, s, st)))?;
     }
     chart
         .configure_series_labels()
@@ -137,25 +116,16 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
 }
 
 fn draw_bars(report: &Report, path: &Path) -> Result<()> {
-    let rows: Vec<&Row> = report
-        .rows
-        .iter()
-        .filter(|r| Sense::of(&r.metric) == Sense::LowerIsBetter && r.value > 0.0)
-        .collect();
+    let rows: Vec<&Row> =
+        report.rows.iter().filter(|r| Sense::of(&r.metric) == Sense::LowerIsBetter && r.value > 0.0).collect();
     let n = rows.len().max(1);
     let (x0, x1) = bounds(rows.iter().map(|r| r.value));
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|r| format!("{} · {} · {}", r.case, r.subject, r.metric))
-        .collect();
+    let labels: Vec<String> = rows.iter().map(|r| format!("{} · {} · {}", r.case, r.subject, r.metric)).collect();
     let height = SIZE.1.max(120 + 22 * n as u32);
     let root = SVGBackend::new(path, (SIZE.0 + 200, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{} (median; lower is better)", report.suite),
-            ("sans-serif", 22),
-        )
+        .caption(format!("{} (median; lower is better)", report.suite), ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(460)
@@ -174,13 +144,8 @@ fn draw_bars(report: &Report, path: &Path) -> Result<()> {
     chart.draw_series(rows.iter().enumerate().map(|(i, r)| {
         let color = Palette99::pick(i % 8).to_rgba();
         let k = n - 1 - i;
-        let mut bar = Rectangle::new(
-            [
-                (x0, SegmentValue::Exact(k)),
-                (r.value, SegmentValue::Exact(k + 1)),
-            ],
-            color.filled(),
-        );
+        let mut bar =
+            Rectangle::new([(x0, SegmentValue::Exact(k)), (r.value, SegmentValue::Exact(k + 1))], color.filled());
         bar.set_margin(3, 3, 0, 0);
         bar
     }))?;
@@ -227,14 +192,8 @@ mod tests {
         assert_eq!(
             l,
             vec![
-                (
-                    "memcpy_warm · floor".to_string(),
-                    vec![(65536.0, 2.0), (1048576.0, 30.0)]
-                ),
-                (
-                    "memcpy_fresh · floor".to_string(),
-                    vec![(65536.0, 9.0), (1048576.0, 90.0)]
-                ),
+                ("memcpy_warm · floor".to_string(), vec![(65536.0, 2.0), (1048576.0, 30.0)]),
+                ("memcpy_fresh · floor".to_string(), vec![(65536.0, 9.0), (1048576.0, 90.0)]),
             ]
         );
         let dir = std::env::temp_dir().join(format!("courier-bench-plot-{}", std::process::id()));
@@ -244,13 +203,7 @@ mod tests {
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg"));
         assert!(text.contains("memcpy_fresh · floor"));
-        let bars = Report {
-            rows: vec![
-                row("rtt", "floor", None, 5.0),
-                row("send", "floor", Some(22), 9.0),
-            ],
-            ..report
-        };
+        let bars = Report { rows: vec![row("rtt", "floor", None, 5.0), row("send", "floor", Some(22), 9.0)], ..report };
         assert_eq!(sweep_metric(&bars), None);
         let svg = dir.join("bars.svg");
         draw(&bars, &svg).unwrap();

@@ -154,28 +154,37 @@ impl Report {
     }
 
     /// The ratio cell of `row` (see the module docs).
+    ///
+    /// Variants pair up: a peer `<crate>-<variant>` is compared with
+    /// `courier-<variant>` when the case has one (`ipc-channel-bytes` with
+    /// `courier-bytes`), else with `courier`; every courier row is a
+    /// reference. The floor is compared with the best courier row of the case.
     pub fn ratio(&self, row: &Row) -> Ratio {
-        if row.subject == REFERENCE {
+        if row.subject == REFERENCE || row.subject.starts_with("courier-") {
             return Ratio::Reference;
         }
-        let reference = self
-            .rows
-            .iter()
-            .find(|r| r.subject == REFERENCE && r.case == row.case && r.metric == row.metric);
+        let sense = Sense::of(&row.metric);
+        let same = |r: &&Row| r.case == row.case && r.metric == row.metric;
+        if row.subject == FLOOR {
+            let best = self
+                .rows
+                .iter()
+                .filter(same)
+                .filter(|r| r.subject == REFERENCE || r.subject.starts_with("courier-"))
+                .filter_map(|r| sense.advantage(row.value, r.value).map(|ratio| (ratio, r)))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            return best.map_or(Ratio::None, |(ratio, _)| Ratio::FromFloor(ratio));
+        }
+        // `ipc-channel-bytes` tries `courier-channel-bytes`, then `courier-bytes`.
+        let variants = row.subject.match_indices('-').map(|(i, _)| format!("courier{}", &row.subject[i..]));
+        let reference = variants
+            .filter_map(|v| self.rows.iter().filter(same).find(|r| r.subject == v))
+            .next()
+            .or_else(|| self.rows.iter().filter(same).find(|r| r.subject == REFERENCE));
         let Some(reference) = reference else {
             return Ratio::None;
         };
-        let sense = Sense::of(&row.metric);
-        let value = if row.subject == FLOOR {
-            sense
-                .advantage(row.value, reference.value)
-                .map(Ratio::FromFloor)
-        } else {
-            sense
-                .advantage(reference.value, row.value)
-                .map(Ratio::Ahead)
-        };
-        value.unwrap_or(Ratio::None)
+        sense.advantage(reference.value, row.value).map(Ratio::Ahead).unwrap_or(Ratio::None)
     }
 }
 
@@ -273,9 +282,7 @@ fn cells(report: &Report, style: Style) -> (Vec<&'static str>, Vec<Vec<String>>)
                 row.subject.clone(),
                 row.metric.clone(),
                 human(row.value, &row.unit),
-                row.summary
-                    .as_ref()
-                    .map_or("-".into(), |s| format!("{:.1}%", s.spread() * 100.0)),
+                row.summary.as_ref().map_or("-".into(), |s| format!("{:.1}%", s.spread() * 100.0)),
                 report.ratio(row).to_string(),
             ];
             if style.stats {
@@ -351,10 +358,7 @@ pub fn markdown(report: &Report, style: Style) -> String {
         s
     };
     out += &row(&mut header.iter().map(|h| h.to_string()));
-    out += &row(&mut header
-        .iter()
-        .enumerate()
-        .map(|(i, _)| if i < 3 { "---" } else { "---:" }.to_string()));
+    out += &row(&mut header.iter().enumerate().map(|(i, _)| if i < 3 { "---" } else { "---:" }.to_string()));
     for line in lines {
         out += &row(&mut line.into_iter());
     }
@@ -411,13 +415,7 @@ mod tests {
                 row("send_22b", "ipc-channel", "send_ns", "ns", 3000.0),
                 row("send_22b", "floor", "send_ns", "ns", 1600.0),
                 row("send_22b", "courier", "sends_per_s", "sends/s", 500_000.0),
-                row(
-                    "send_22b",
-                    "ipc-channel",
-                    "sends_per_s",
-                    "sends/s",
-                    250_000.0,
-                ),
+                row("send_22b", "ipc-channel", "sends_per_s", "sends/s", 250_000.0),
                 row("send_22b", "floor", "sends_per_s", "sends/s", 625_000.0),
                 row("other", "flume", "send_ns", "ns", 10.0),
             ],
@@ -434,6 +432,34 @@ mod tests {
         assert_eq!(Sense::LowerIsBetter.advantage(2.0, 3.0), Some(1.5));
         assert_eq!(Sense::HigherIsBetter.advantage(3.0, 2.0), Some(1.5));
         assert_eq!(Sense::Unknown.advantage(3.0, 2.0), None);
+    }
+
+    #[test]
+    fn variants_pair_with_their_courier_twin_and_floor_with_the_best() {
+        let report = Report {
+            suite: "ipc".into(),
+            rows: vec![
+                row("c", "courier", "x_ns", "ns", 4000.0),
+                row("c", "courier-bytes", "x_ns", "ns", 1000.0),
+                row("c", "ipc-channel", "x_ns", "ns", 6000.0),
+                row("c", "ipc-channel-bytes", "x_ns", "ns", 1500.0),
+                row("c", "crossbeam-channel", "x_ns", "ns", 2000.0),
+                row("c", "floor", "x_ns", "ns", 800.0),
+            ],
+            notes: Vec::new(),
+        };
+        let ratios: Vec<Ratio> = report.rows.iter().map(|r| report.ratio(r)).collect();
+        assert_eq!(
+            ratios,
+            [
+                Ratio::Reference,
+                Ratio::Reference,
+                Ratio::Ahead(1.5),      // typed against typed: 6000 / 4000
+                Ratio::Ahead(1.5),      // bytes against bytes: 1500 / 1000
+                Ratio::Ahead(0.5),      // no courier-channel: against courier
+                Ratio::FromFloor(1.25), // best courier row: 1000 / 800
+            ]
+        );
     }
 
     #[test]
@@ -507,20 +533,11 @@ mod tests {
         let md = markdown(&report(), Style::default());
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(lines[0], "### send");
-        assert_eq!(
-            lines[2],
-            "| case | subject | metric | median | spread | ratio |"
-        );
+        assert_eq!(lines[2], "| case | subject | metric | median | spread | ratio |");
         assert_eq!(lines[3], "| --- | --- | --- | ---: | ---: | ---: |");
-        assert_eq!(
-            lines[5],
-            "| send_22b | ipc-channel | send_ns | 3.00 µs | 10.0% | 1.50x |"
-        );
+        assert_eq!(lines[5], "| send_22b | ipc-channel | send_ns | 3.00 µs | 10.0% | 1.50x |");
         // Seven rows, each with six cells.
-        let rows: Vec<&&str> = lines[4..]
-            .iter()
-            .take_while(|l| l.starts_with('|'))
-            .collect();
+        let rows: Vec<&&str> = lines[4..].iter().take_while(|l| l.starts_with('|')).collect();
         assert_eq!(rows.len(), 7);
         assert!(rows.iter().all(|l| l.matches(" |").count() == 6));
         assert!(md.contains("count 1000  \n"));
@@ -529,15 +546,9 @@ mod tests {
     #[test]
     fn markdown_stats_columns() {
         let md = markdown(&report(), Style { stats: true });
-        let line = md
-            .lines()
-            .find(|l| l.contains("| floor | send_ns"))
-            .unwrap();
+        let line = md.lines().find(|l| l.contains("| floor | send_ns")).unwrap();
         // 1440, 1600, 1760 ns: n, total, lowest, highest, mean, then the stddev.
-        assert!(
-            line.ends_with("| 3 | 4.80 µs | 1.44 µs | 1.76 µs | 1.60 µs | 160 ns |"),
-            "{line}"
-        );
+        assert!(line.ends_with("| 3 | 4.80 µs | 1.44 µs | 1.76 µs | 1.60 µs | 160 ns |"), "{line}");
     }
 
     #[test]

@@ -61,7 +61,9 @@
 //! the limit (see `harness::report`).
 
 pub mod floor;
+pub mod ipc;
 pub mod send;
+pub mod serde;
 
 use crate::harness::{Ctx, Result};
 
@@ -106,26 +108,28 @@ pub static SUITES: &[Suite] = &[
         args: send::args,
         run: send::run,
     },
+    Suite {
+        name: "ipc",
+        about: "Seed 000: send+recv by size (1 B .. 8 MiB) and cross-process round trips, courier against ipc-channel",
+        args: no_args,
+        run: ipc::run,
+    },
+    Suite {
+        name: "serde",
+        about: "The wire format, chosen by measurement: postcard (courier) against bitcode",
+        args: no_args,
+        run: serde::run,
+    },
 ];
 
 /// Every child role.
 pub static ROLES: &[Role] = &[
-    Role {
-        name: "floor-echo-socket",
-        run: floor::echo_socket,
-    },
-    Role {
-        name: "floor-echo-eventfd",
-        run: floor::echo_eventfd,
-    },
-    Role {
-        name: "floor-echo-futex",
-        run: floor::echo_futex,
-    },
-    Role {
-        name: "floor-echo-spin",
-        run: floor::echo_spin,
-    },
+    Role { name: "ipc-echo-courier", run: ipc::echo_courier },
+    Role { name: "ipc-echo-ipc-channel", run: ipc::echo_ipc_channel },
+    Role { name: "floor-echo-socket", run: floor::echo_socket },
+    Role { name: "floor-echo-eventfd", run: floor::echo_eventfd },
+    Role { name: "floor-echo-futex", run: floor::echo_futex },
+    Role { name: "floor-echo-spin", run: floor::echo_spin },
 ];
 
 /// The suite called `name`.

@@ -38,11 +38,31 @@ pub struct Reach {
 }
 
 /// Every reach, measured in this order.
-pub static REACHES: &[Reach] = &[Reach {
-    subject: "floor",
-    about: "send(2) + recv(2) on a SOCK_SEQPACKET socketpair (rustix, no courier code)",
-    measure: floor::sendrecv,
-}];
+pub static REACHES: &[Reach] = &[
+    Reach {
+        subject: "courier",
+        about: "courier::ipc bytes channel: IpcBytesSender::send + IpcBytesReceiver::recv (process reach)",
+        measure: courier_ipc,
+    },
+    Reach {
+        subject: "floor",
+        about: "send(2) + recv(2) on a SOCK_SEQPACKET socketpair (rustix, no courier code)",
+        measure: floor::sendrecv,
+    },
+];
+
+/// The process reach: courier's bytes channel, one message sent and received.
+fn courier_ipc(sampler: &Sampler, size: usize) -> Result<Sampled> {
+    let (tx, rx) = courier::ipc::bytes_channel()?;
+    let payload = vec![0x5a; size];
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(&payload)?;
+            std::hint::black_box(rx.recv()?);
+        }
+        Ok::<_, courier::ipc::IpcError>(())
+    })?)
+}
 
 /// The suite's options.
 pub fn args() -> Vec<Arg> {
@@ -63,9 +83,7 @@ pub fn args() -> Vec<Arg> {
 
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
-    let count = ctx
-        .opt::<u64>("count")
-        .unwrap_or(ctx.pick(100_000, 1_000_000));
+    let count = ctx.opt::<u64>("count").unwrap_or(ctx.pick(100_000, 1_000_000));
     let size = ctx.opt::<u64>("size").unwrap_or(22);
     let per_sample = OPS_PER_SAMPLE.min(count);
     let default_samples = (count / per_sample) as usize;

@@ -14,8 +14,8 @@
 
 use std::hint::black_box;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use ::serde::de::DeserializeOwned;
+use ::serde::{Deserialize, Serialize};
 
 use crate::harness::measure::{Sampled, Sampler};
 use crate::harness::{Case, Ctx, Result};
