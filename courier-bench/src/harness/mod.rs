@@ -314,14 +314,19 @@ mod tests {
         assert_eq!(report.notes, vec!["n"]);
     }
 
-    #[test]
-    fn options_come_from_the_suites_matches() {
+    /// A suite's matches with `--count 42` (a `u64` option).
+    fn count_42() -> clap::ArgMatches {
         let cmd = clap::Command::new("t").arg(
             clap::Arg::new("count")
                 .long("count")
                 .value_parser(clap::value_parser!(u64)),
         );
-        let matches = cmd.try_get_matches_from(["t", "--count", "42"]).unwrap();
+        cmd.try_get_matches_from(["t", "--count", "42"]).unwrap()
+    }
+
+    #[test]
+    fn options_come_from_the_suites_matches() {
+        let matches = count_42();
         let ctx = Ctx::new(
             "t",
             Options::default(),
@@ -335,12 +340,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "option `count` of suite `t`")]
     fn an_option_read_as_the_wrong_type_is_a_bug() {
-        let cmd = clap::Command::new("t").arg(
-            clap::Arg::new("count")
-                .long("count")
-                .value_parser(clap::value_parser!(u64)),
-        );
-        let matches = cmd.try_get_matches_from(["t", "--count", "42"]).unwrap();
+        let matches = count_42();
         let ctx = Ctx::new(
             "t",
             Options::default(),
