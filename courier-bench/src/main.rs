@@ -32,7 +32,7 @@ fn run_args() -> [Arg; 5] {
         Arg::new("samples")
             .long("samples")
             .value_name("N")
-            .value_parser(value_parser!(usize))
+            .value_parser(value_parser!(u64).range(1..))
             .help("Override every case's sample count"),
         Arg::new("json")
             .long("json")
@@ -124,7 +124,8 @@ fn main() -> ExitCode {
 }
 
 fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<ExitCode> {
-    let options = Options { full: matches.get_flag("full"), samples: matches.get_one::<usize>("samples").copied() };
+    let options =
+        Options { full: matches.get_flag("full"), samples: matches.get_one::<u64>("samples").map(|&n| n as usize) };
     let style = Style { stats: matches.get_flag("stats") };
     let started = Instant::now();
     println!(

@@ -50,10 +50,9 @@ pub fn spawn(role: &str, args: &[String], fds: &[BorrowedFd<'_>]) -> io::Result<
     let count = fds.len();
     let mut command = Command::new("/proc/self/exe");
     command.arg(SUBCOMMAND).arg(role).args(args).stdin(Stdio::null()).stdout(Stdio::null());
-    // SAFETY: the hook runs in the forked child before `execve` and only
-    // makes async-signal-safe calls (`fcntl`, `dup2`) on a copied array: no
-    // allocation, no lock. The descriptors it reads are borrowed by `fds` and
-    // so stay open until `spawn` has returned (after the exec).
+    // SAFETY: the hook runs between fork and exec and only makes async-signal-
+    // safe calls (`fcntl`, `dup2`) on a copied array, no allocation or lock;
+    // `fds` borrows the sources, so they stay open until after the exec.
     unsafe { command.pre_exec(move || place_fds(&sources[..count])) };
     Ok(Peer { child: command.spawn()?, role: role.to_string() })
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::report::{human, Record, Sense};
+use super::report::{aligned, human, Record, Sense};
 
 /// The verdict on one figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,26 +108,7 @@ impl Comparison {
                 .into(),
             ]);
         }
-        let mut widths = vec![0; 8];
-        for line in &lines {
-            for (w, cell) in widths.iter_mut().zip(line) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        for line in &lines {
-            let mut s = String::new();
-            for (i, (cell, w)) in line.iter().zip(&widths).enumerate() {
-                let pad = " ".repeat(w - cell.chars().count());
-                if i < 4 {
-                    let _ = write!(s, "{cell}{pad}  ");
-                } else {
-                    let _ = write!(s, "{pad}{cell}  ");
-                }
-            }
-            out += s.trim_end();
-            out.push('\n');
-        }
+        let mut out = aligned(&lines, 4);
         for r in &self.only_old {
             let _ = writeln!(out, "only in old: {} {} {} {}", r.suite, r.case, r.subject, r.metric);
         }

@@ -103,12 +103,20 @@ impl Sampled {
 /// Runs a closure for a warm-up, then for `samples` timed samples of `ops`
 /// operations each.
 ///
-/// ```ignore
-/// let s = Sampler::new(100).ops(1000).run(|ops| {
-///     for _ in 0..ops { send()?; recv()?; }
-///     Ok::<(), io::Error>(())
+/// ```
+/// use courier_bench::harness::measure::Sampler;
+///
+/// let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
+/// let mut buf = [0u8; 64];
+/// let s = Sampler::new(20).ops(100).run(|ops| {
+///     for _ in 0..ops {
+///         a.send(b"ping")?;
+///         b.recv(&mut buf)?;
+///     }
+///     Ok::<(), std::io::Error>(())
 /// })?;
-/// ctx.record(&case, "floor", "send_ns", "ns", &s.wall_ns);
+/// assert_eq!(s.wall_ns.len(), 20); // one figure per sample, per operation
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Sampler {

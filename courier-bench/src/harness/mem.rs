@@ -71,12 +71,10 @@ impl Mapping {
     /// # Panics
     /// If `offset` is not 4-byte aligned or the word does not fit.
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset % 4 == 0 && offset + 4 <= self.len, "bad atomic offset {offset}");
-        // SAFETY: the word lies inside the mapping (checked), which stays
-        // mapped while the returned borrow of `self` lives; it is 4-byte
-        // aligned (page-aligned start, offset checked); every bit pattern is
-        // a valid `AtomicU32`; and this process only ever reaches these bytes
-        // through atomics while it is borrowed (`as_mut_slice` needs `&mut`).
+        assert!(offset.is_multiple_of(4) && offset + 4 <= self.len, "bad atomic offset {offset}");
+        // SAFETY: in bounds and 4-byte aligned (checked; the start is page-
+        // aligned), mapped while `self` is borrowed, any bits are a valid
+        // `AtomicU32`, and no `&mut` slice can coexist (`as_mut_slice` takes `&mut self`).
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) }
     }
 }

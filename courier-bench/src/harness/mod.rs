@@ -143,9 +143,16 @@ impl<'a> Ctx<'a> {
 
     /// The value of this suite's option `id`, if it was given (always `None`
     /// when all suites run with their defaults).
+    ///
+    /// # Panics
+    /// If `T` is not the type the option's `value_parser` produces (a bug in
+    /// the suite, caught on its first run rather than silently defaulted).
     pub fn opt<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<T> {
-        let matches = self.matches?;
-        matches.try_get_one::<T>(id).ok().flatten().cloned()
+        match self.matches?.try_get_one::<T>(id) {
+            Ok(value) => value.cloned(),
+            Err(clap::parser::MatchesError::UnknownArgument { .. }) => None,
+            Err(e) => panic!("option `{id}` of suite `{}`: {e}", self.report.suite),
+        }
     }
 
     /// Shows what is being measured now on the progress line.
@@ -242,6 +249,29 @@ mod tests {
         assert_eq!(report.rows[0].summary.as_ref().unwrap().n, 3);
         assert_eq!((report.rows[1].value, report.rows[1].summary.clone()), (9.0, None));
         assert_eq!(report.notes, vec!["n"]);
+    }
+
+    /// A suite's matches with `--count 42` (a `u64` option).
+    fn count_42() -> clap::ArgMatches {
+        let cmd =
+            clap::Command::new("t").arg(clap::Arg::new("count").long("count").value_parser(clap::value_parser!(u64)));
+        cmd.try_get_matches_from(["t", "--count", "42"]).unwrap()
+    }
+
+    #[test]
+    fn options_come_from_the_suites_matches() {
+        let matches = count_42();
+        let ctx = Ctx::new("t", Options::default(), Some(&matches), ProgressBar::hidden());
+        assert_eq!(ctx.opt::<u64>("count"), Some(42));
+        assert_eq!(ctx.opt::<u64>("size"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "option `count` of suite `t`")]
+    fn an_option_read_as_the_wrong_type_is_a_bug() {
+        let matches = count_42();
+        let ctx = Ctx::new("t", Options::default(), Some(&matches), ProgressBar::hidden());
+        let _ = ctx.opt::<usize>("count");
     }
 
     #[test]

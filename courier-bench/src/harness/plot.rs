@@ -4,15 +4,16 @@
 //!   `bytes`) is drawn as its first lower-is-better metric against message
 //!   size, log-log, one line per family and subject (the family is left out of
 //!   the label when there is only one).
-//! - Otherwise every lower-is-better figure is a horizontal bar on a log axis,
+//! - Otherwise every time (`_ns` metric) is a horizontal bar on a log axis,
 //!   one per case, subject and metric.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::report::{Report, Row, Sense};
+use super::report::{human, Report, Row, Sense};
 use super::{size_label, Result};
 
 const SIZE: (u32, u32) = (1024, 640);
@@ -83,6 +84,10 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
     let (x0, x1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.0)));
     let (y0, y1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)));
     let unit = report.rows.iter().find(|r| r.metric == metric).map_or("", |r| r.unit.as_str());
+    // Ticks on the powers of two the sizes are, at most about a dozen.
+    let mut ticks: Vec<f64> = (0..63).map(|k| (1u64 << k) as f64).filter(|&t| t >= x0 && t <= x1).collect();
+    let stride = ticks.len().div_ceil(12).max(1);
+    ticks = ticks.into_iter().step_by(stride).collect();
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -90,12 +95,13 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(80)
-        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
+        .build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), (y0..y1).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("message size")
-        .y_desc(format!("{metric} ({unit}, median)"))
+        .y_desc(format!("{metric} (median)"))
         .x_label_formatter(&|x| size_label(x.round() as u64))
+        .y_label_formatter(&|y| human(*y, unit))
         .draw()?;
     for (i, (label, points)) in lines.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
@@ -116,39 +122,38 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
 }
 
 fn draw_bars(report: &Report, path: &Path) -> Result<()> {
-    let rows: Vec<&Row> =
-        report.rows.iter().filter(|r| Sense::of(&r.metric) == Sense::LowerIsBetter && r.value > 0.0).collect();
+    // Times only (`_ns`): one axis, one unit.
+    let rows: Vec<&Row> = report.rows.iter().filter(|r| r.metric.ends_with("_ns") && r.value > 0.0).collect();
     let n = rows.len().max(1);
     let (x0, x1) = bounds(rows.iter().map(|r| r.value));
     let labels: Vec<String> = rows.iter().map(|r| format!("{} · {} · {}", r.case, r.subject, r.metric)).collect();
-    let height = SIZE.1.max(120 + 22 * n as u32);
-    let root = SVGBackend::new(path, (SIZE.0 + 200, height)).into_drawing_area();
+    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32 * 7 + 24;
+    let height = (140 + 26 * n as u32).max(240);
+    let root = SVGBackend::new(path, (SIZE.0 + label_width, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{} (median; lower is better)", report.suite), ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(40)
-        .y_label_area_size(460)
-        .build_cartesian_2d((x0..x1).log_scale(), (0..n).into_segmented())?;
-    // Rows top to bottom in report order: row i sits in segment n - 1 - i.
+        .y_label_area_size(label_width)
+        .build_cartesian_2d((x0..x1).log_scale(), -0.5..n as f64 - 0.5)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(n)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(k) if *k < n => labels[n - 1 - k].clone(),
-            _ => String::new(),
-        })
-        .x_desc("median, ns (cycles for *_cycles)")
+        .y_labels(0)
+        .x_label_formatter(&|x| human(*x, "ns"))
+        .x_desc("median")
         .draw()?;
-    chart.draw_series(rows.iter().enumerate().map(|(i, r)| {
+    // Rows top to bottom in report order: row i is centred on y = n - 1 - i,
+    // labelled to the left of the axis.
+    let style = TextStyle::from(("sans-serif", 13)).pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, (r, label)) in rows.iter().zip(&labels).enumerate() {
+        let y = (n - 1 - i) as f64;
         let color = Palette99::pick(i % 8).to_rgba();
-        let k = n - 1 - i;
-        let mut bar =
-            Rectangle::new([(x0, SegmentValue::Exact(k)), (r.value, SegmentValue::Exact(k + 1))], color.filled());
-        bar.set_margin(3, 3, 0, 0);
-        bar
-    }))?;
+        chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (r.value, y + 0.35)], color.filled())))?;
+        let (px, py) = chart.backend_coord(&(x0, y));
+        root.draw(&Text::new(label.clone(), (px - 8, py), style.clone()))?;
+    }
     root.present()?;
     Ok(())
 }
@@ -209,6 +214,7 @@ mod tests {
         draw(&bars, &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("send_22b · floor · copy_ns"), "labels drawn");
+        assert!(text.contains("rtt · floor · copy_ns"), "labels drawn");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -304,40 +304,39 @@ fn cells(report: &Report, style: Style) -> (Vec<&'static str>, Vec<Vec<String>>)
     (header, lines)
 }
 
-/// The suite as an aligned text table, with its notes and the legend.
-pub fn table(report: &Report, style: Style) -> String {
-    let (header, lines) = cells(report, style);
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for line in &lines {
+/// Lines of cells as aligned text: columns two spaces apart, the first
+/// `text_columns` aligned left (names), the rest right (figures).
+pub fn aligned(lines: &[Vec<String>], text_columns: usize) -> String {
+    let mut widths: Vec<usize> = Vec::new();
+    for line in lines {
+        widths.resize(widths.len().max(line.len()), 0);
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    // Text columns (the first three) align left, figures right.
-    let render = |cells: &mut dyn Iterator<Item = &str>| {
+    let mut out = String::new();
+    for line in lines {
         let mut s = String::new();
-        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
-            let pad = w - cell.chars().count();
-            if i > 0 {
-                s.push_str("  ");
-            }
-            if i < 3 {
-                s.push_str(cell);
-                s.extend(std::iter::repeat_n(' ', pad));
+        for (i, (cell, w)) in line.iter().zip(&widths).enumerate() {
+            let pad = " ".repeat(w - cell.chars().count());
+            if i < text_columns {
+                let _ = write!(s, "{cell}{pad}  ");
             } else {
-                s.extend(std::iter::repeat_n(' ', pad));
-                s.push_str(cell);
+                let _ = write!(s, "{pad}{cell}  ");
             }
         }
-        s.trim_end().to_string()
-    };
-    let mut out = format!("== {} ==\n", report.suite);
-    out += &render(&mut header.iter().copied());
-    out.push('\n');
-    for line in &lines {
-        out += &render(&mut line.iter().map(String::as_str));
+        out += s.trim_end();
         out.push('\n');
     }
+    out
+}
+
+/// The suite as an aligned text table, with its notes and the legend.
+pub fn table(report: &Report, style: Style) -> String {
+    let (header, mut lines) = cells(report, style);
+    lines.insert(0, header.iter().map(|h| h.to_string()).collect());
+    let mut out = format!("== {} ==\n", report.suite);
+    out += &aligned(&lines, 3);
     for note in &report.notes {
         let _ = writeln!(out, "  {note}");
     }

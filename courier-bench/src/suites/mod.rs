@@ -14,35 +14,54 @@
 //!
 //! # How a suite measures a case
 //!
-//! ```ignore
-//! use crate::harness::{measure::{time_each, Sampler}, child::{self, Placement}, Case, Ctx, Result};
+//! ```no_run
+//! use std::os::fd::AsFd;
+//! use std::os::unix::net::UnixDatagram;
+//!
+//! use courier_bench::harness::child::Placement;
+//! use courier_bench::harness::measure::{time_each, Sampler};
+//! use courier_bench::harness::{Case, Ctx, Result};
 //!
 //! pub fn run(ctx: &mut Ctx) -> Result<()> {
-//!     // Quick and --full parameters (`--samples N` overrides ctx.samples).
+//!     // Quick and --full parameters (`--samples N` overrides ctx.samples;
+//!     // ctx.opt reads the suite's own options, declared in its `args`).
 //!     let samples = ctx.samples(200, 8000);
-//!     let count: u64 = ctx.opt("count").unwrap_or(ctx.pick(100_000, 1_000_000));
+//!     let size: u64 = ctx.opt("size").unwrap_or(64);
+//!     let msg = vec![0u8; size as usize];
+//!     let mut buf = vec![0u8; size as usize];
 //!
 //!     // 1. A closure sampler: warm-up, then `samples` samples of `ops`
 //!     //    operations each; figures come back per operation.
-//!     let case = Case::sized("sendrecv", 64); // name "sendrecv_64b", "bytes": 64
-//!     ctx.status("sendrecv_64b · courier"); // the progress line
+//!     let case = Case::sized("sendrecv", size); // "sendrecv_64b", "bytes": 64
+//!     ctx.status("sendrecv_64b · floor"); // the progress line
+//!     let (a, b) = UnixDatagram::pair()?;
 //!     let s = Sampler::new(samples).ops(1000).run(|ops| {
-//!         for _ in 0..ops { tx.send(&msg)?; rx.recv()?; }
+//!         for _ in 0..ops {
+//!             a.send(&msg)?;
+//!             b.recv(&mut buf)?;
+//!         }
 //!         Ok::<(), std::io::Error>(())
 //!     })?;
-//!     ctx.record(&case, "courier", "sendrecv_ns", "ns", &s.wall_ns);
-//!     ctx.record(&case, "courier", "msgs_per_s", "msgs/s", &s.per_s());
+//!     ctx.record(&case, "floor", "sendrecv_ns", "ns", &s.wall_ns);
+//!     ctx.record(&case, "floor", "msgs_per_s", "msgs/s", &s.per_s());
 //!
-//!     // 2. Externally measured samples: anything that yields one figure per
-//!     //    sample, e.g. every round trip timed on its own, in both placements.
+//!     // 2. Externally measured samples: any Vec<f64> with one figure per
+//!     //    sample, e.g. every round trip to a child process timed on its own,
+//!     //    in both placements (named in the case).
 //!     for placement in Placement::BOTH {
 //!         let placed = placement.enter()?; // this thread, until dropped
-//!         let peer = placed.spawn("ipc-echo", &[], &[theirs.as_fd()])?; // the child too
-//!         let each = time_each(500, samples, || round_trip(&ours))?;
-//!         let case = Case::sized(format!("rtt_{}", placement.label()), 64);
-//!         ctx.record(&case, "courier", "rtt_p50_ns", "ns", &each.ns);
-//!         ctx.record_value(&case, "courier", "rtt_p99_ns", "ns", Summary::of(&each.ns).unwrap().p99);
-//!         drop(ours);
+//!         let (ours, theirs) = UnixDatagram::pair()?;
+//!         let peer = placed.spawn("mysuite-echo", &[], &[theirs.as_fd()])?; // placed too
+//!         drop(theirs);
+//!         let each = time_each(500, samples, || {
+//!             ours.send(&msg)?;
+//!             ours.recv(&mut buf).map(drop)
+//!         })?;
+//!         let case = Case::sized(format!("rtt_{}", placement.label()), size);
+//!         // rtt_p50_ns (median and spread), rtt_p99_ns, rtt_cpu_ns; or
+//!         // ctx.record / ctx.record_value with a vector or figure of your own.
+//!         ctx.record_latencies(&case, "floor", "rtt", &each);
+//!         drop(ours); // the child sees EOF and exits
 //!         peer.wait()?;
 //!     }
 //!     Ok(())
