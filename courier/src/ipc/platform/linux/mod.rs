@@ -51,6 +51,11 @@ use crate::ipc::wire::{Body, FdKind, Header, HEADER_LEN, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 const IOV_MAX: usize = 1024;
+/// Messages up to this size without descriptors are copied behind the
+/// header into one stack buffer and sent with `send(2)`: a gather costs the
+/// kernel's `msghdr` path (copying in and checking the iovec array, about
+/// 100 ns here), more than copying this many bytes.
+const SMALL: usize = socket::SMALL_MAX;
 /// `ENOBUFS` halving stops here: below it the error is reported.
 const MIN_PACKET: usize = 2048;
 
@@ -166,6 +171,9 @@ impl OsSender {
 
     fn send_inline(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), Errno> {
         let header = Header::new(Body::Inline, total, channels.len()).encode();
+        if channels.is_empty() && total <= SMALL {
+            return socket::send_small(self.fd(), &header, parts, total).map(drop);
+        }
         // Small gathers, the common case, stay on the stack.
         const STACK: usize = 8;
         if parts.len() < STACK {

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
 
-use crate::ipc::wire::MAX_FDS;
+use crate::ipc::wire::{HEADER_LEN, MAX_FDS};
 
 /// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)`.
 pub(crate) fn pair() -> Result<(OwnedFd, OwnedFd), Errno> {
@@ -65,6 +65,46 @@ pub(crate) fn send(fd: BorrowedFd<'_>, iov: &[IoSlice<'_>], fds: &[BorrowedFd<'_
         }
     }
 }
+
+/// `send(fd, header ++ parts, MSG_NOSIGNAL)` through one stack buffer of at
+/// most `HEADER_LEN + SMALL_MAX` bytes, retried on `EINTR`.
+pub(crate) fn send_small(
+    fd: BorrowedFd<'_>,
+    header: &[u8; HEADER_LEN],
+    parts: &[IoSlice<'_>],
+    total: usize,
+) -> Result<usize, Errno> {
+    assert!(total <= SMALL_MAX);
+    // Not zero-filled: only the `len` bytes written below are ever read.
+    let mut buf = [MaybeUninit::<u8>::uninit(); HEADER_LEN + SMALL_MAX];
+    let len = HEADER_LEN + total;
+    let mut at = 0;
+    for part in std::iter::once(&header[..]).chain(parts.iter().map(|p| &**p)) {
+        buf[at..at + part.len()].copy_from_slice(as_uninit(part));
+        at += part.len();
+    }
+    debug_assert_eq!(at, len);
+    // SAFETY: the loop above initialised `buf[..len]`: the header and the
+    // parts, whose lengths sum to `total`.
+    let buf = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
+    loop {
+        match net::send(fd, buf, SendFlags::NOSIGNAL) {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// `bytes` as uninitialised-or-not bytes (always sound: every `u8` is a
+/// valid `MaybeUninit<u8>`, and the slice is shared, so nothing can write
+/// uninitialised bytes through it).
+fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; see above.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
+}
+
+/// Largest payload [`send_small`] takes.
+pub(crate) const SMALL_MAX: usize = 1024;
 
 /// One element of a receive iovec: `struct iovec` over memory that may be
 /// uninitialised. It borrows the memory mutably for `'a`, so the kernel's
