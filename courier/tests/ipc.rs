@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use courier::ipc::{
     self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer, IpcReceiver, IpcSender,
-    OpaqueIpcReceiver, TryRecvError, WireError,
+    LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
 };
 use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
@@ -120,7 +120,7 @@ fn every_size_class_roundtrips() {
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();
     with_config(
-        |c| c.shm_threshold = usize::MAX,
+        |c| c.large_messages = LargeMessages::Fragments,
         || {
             let (tx, rx) = ipc::bytes_channel().unwrap();
             for size in [300_000, 1 << 20, 8 << 20] {
@@ -142,9 +142,9 @@ fn fragmented_messages_when_regions_are_off() {
 #[test]
 fn concurrent_large_senders_never_interleave() {
     let _check = fd_check();
-    for threshold in [usize::MAX, 64 * 1024] {
+    for large in [LargeMessages::Fragments, LargeMessages::SharedMemory] {
         with_config(
-            |c| c.shm_threshold = threshold,
+            |c| c.large_messages = large,
             || {
                 let (tx, rx) = ipc::bytes_channel().unwrap();
                 let senders: Vec<_> = (0..4u8)
@@ -229,17 +229,17 @@ fn many_channels_in_one_message_and_a_limit() {
     let too_many: Vec<_> = (0..64).map(|_| ipc::channel::<u8>().unwrap().0).collect();
     assert!(matches!(tx.send(too_many), Err(IpcError::Io(_))));
     // Channels also travel with payloads in shared memory and fragments.
-    for threshold in [64 * 1024, usize::MAX] {
+    for large in [LargeMessages::SharedMemory, LargeMessages::Fragments] {
         with_config(
-            |c| c.shm_threshold = threshold,
+            |c| c.large_messages = large,
             || {
                 let (tx, rx) = ipc::channel::<(IpcSender<u8>, Blob)>().unwrap();
                 let (s, r) = ipc::channel::<u8>().unwrap();
-                let blob = Blob { id: 1, bytes: pattern(150_000, 4) };
+                let blob = Blob { id: 1, bytes: pattern(300_000, 4) };
                 let sender = std::thread::spawn(move || tx.send((s, blob)).unwrap());
                 let (s, blob) = rx.recv().unwrap();
                 sender.join().unwrap();
-                assert_eq!(blob.bytes, pattern(150_000, 4));
+                assert_eq!(blob.bytes, pattern(300_000, 4));
                 s.send(9).unwrap();
                 assert_eq!(r.recv().unwrap(), 9);
             },

@@ -175,7 +175,7 @@ fn large_payloads_fragmented_across_processes() {
     // The child inherits the default configuration (regions on); this
     // process sends with regions off, so its large messages are fragmented.
     let saved = ipc::Config::global();
-    ipc::Config::set_global(ipc::Config { shm_threshold: usize::MAX, ..saved });
+    ipc::Config::set_global(ipc::Config { large_messages: ipc::LargeMessages::Fragments, ..saved });
     let peer = spawn_peer();
     let (reply_tx, reply_rx) = ipc::channel::<u64>().unwrap();
     for len in [300_000, 8 << 20] {

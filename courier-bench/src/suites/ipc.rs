@@ -27,6 +27,7 @@
 use std::hint::black_box;
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use courier::ipc as cr;
 use ipc_channel::ipc as ic;
@@ -34,8 +35,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::child::{self, Placement};
 use crate::harness::measure::{time_each, Sampled, Sampler};
-use crate::harness::stats::quantile;
 use crate::harness::{Case, Ctx, Result};
+
+use super::floor;
 
 /// A typed message whose payload goes as one copy.
 #[derive(Clone, Serialize, Deserialize)]
@@ -211,50 +213,57 @@ type IpcChannelBoot = (ic::IpcBytesSender, ic::IpcBytesReceiver);
 
 fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
     let n = ctx.pick(2000, 20000);
-    for placement in Placement::BOTH {
-        let _pin = placement.enter()?;
+    let warmup = 200;
+    for placement in [Placement::Pinned, Placement::Unpinned, Placement::Split] {
         for size in RTT_SIZES {
             let data = vec![7u8; size];
             let case = Case::sized(format!("rtt_{}", placement.label()), size as u64);
 
             ctx.status(format!("{} · courier", case.name()));
-            let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
-            let peer = child::spawn("ipc-echo-courier", &[name], &[])?;
-            let (_rx, (tx, rx)) = server.accept_timeout(std::time::Duration::from_secs(30))?;
-            let each = time_each(200, n, || {
-                tx.send(&data)?;
-                black_box(rx.recv()?);
-                Ok::<_, cr::IpcError>(())
-            })?;
-            drop((tx, rx));
-            peer.wait()?;
-            record_rtt(ctx, &case, "courier", &each.ns);
+            let each = {
+                let placed = placement.enter()?;
+                let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
+                let peer = placed.spawn("ipc-echo-courier", &[name], &[])?;
+                let (_rx, (tx, rx)) = server.accept_timeout(Duration::from_secs(30))?;
+                let each = time_each(warmup, n, || {
+                    tx.send(&data)?;
+                    black_box(rx.recv()?);
+                    Ok::<_, cr::IpcError>(())
+                })?;
+                drop((tx, rx));
+                peer.wait()?;
+                each
+            };
+            ctx.record_latencies(&case, "courier", "rtt", &each);
 
             ctx.status(format!("{} · ipc-channel", case.name()));
-            let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
-            let peer = child::spawn("ipc-echo-ipc-channel", &[name], &[])?;
-            let (_rx, (tx, rx)) = server.accept()?;
-            let each = time_each(200, n, || {
-                tx.send(&data)?;
-                black_box(rx.recv()?);
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-            })?;
-            drop((tx, rx));
-            peer.wait()?;
-            record_rtt(ctx, &case, "ipc-channel", &each.ns);
+            let each = {
+                let placed = placement.enter()?;
+                let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
+                let peer = placed.spawn("ipc-echo-ipc-channel", &[name], &[])?;
+                let (_rx, (tx, rx)) = server.accept()?;
+                let each = time_each(warmup, n, || {
+                    tx.send(&data)?;
+                    black_box(rx.recv()?);
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+                })?;
+                drop((tx, rx));
+                peer.wait()?;
+                each
+            };
+            ctx.record_latencies(&case, "ipc-channel", "rtt", &each);
+
+            ctx.status(format!("{} · floor", case.name()));
+            let each = floor::socket_rtt(placement, size, warmup, n)?;
+            ctx.record_latencies(&case, "floor", "rtt", &each);
             cr::trim_region_pool();
         }
     }
-    ctx.note(format!("rtt: {n} round trips per case, each timed alone; child echoes on a second bytes channel"));
+    ctx.note(format!(
+        "rtt: {n} round trips per case, each timed alone; the child echoes on a second bytes channel; \
+         floor = the same over a bare SOCK_SEQPACKET socketpair; split = one CPU each (a cross-CPU wake-up per hop)"
+    ));
     Ok(())
-}
-
-fn record_rtt(ctx: &mut Ctx<'_>, case: &Case, subject: &str, ns: &[f64]) {
-    // The recorded median is the p50; the p99 goes beside it.
-    ctx.record(case, subject, "rtt_ns", "ns", ns);
-    let mut sorted = ns.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    ctx.record_value(case, subject, "rtt_p99_ns", "ns", quantile(&sorted, 0.99));
 }
 
 /// Child role: echoes courier bytes messages until the parent hangs up.

@@ -1,7 +1,21 @@
 //! Process-wide settings of the `ipc` layer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
+
+/// How a message too large for one packet travels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LargeMessages {
+    /// Copied once into a pooled, sealed memfd region whose descriptor is
+    /// sent: one copy in, one copy out, no fragment stream, and a sender that
+    /// never waits for the receiver to read (the default).
+    #[default]
+    SharedMemory,
+    /// Fragmented over a socket dedicated to the message, as ipc-channel
+    /// does: the send blocks until the receiver has read all but the last
+    /// socket buffer's worth.
+    Fragments,
+}
 
 /// Settings that apply to every channel of the process.
 ///
@@ -19,11 +33,12 @@ pub struct Config {
     /// A receiver can lower or raise it for itself
     /// (`IpcReceiver::set_max_message_size`).
     pub max_message_size: u64,
-    /// Payloads of this many bytes or more travel through a pooled, sealed
-    /// memfd region instead of the socket (default 64 KiB). `usize::MAX`
-    /// turns regions off: large messages are then fragmented over a
-    /// dedicated socket, as ipc-channel does.
-    pub shm_threshold: usize,
+    /// How messages too large for one packet (about 208 KiB with Linux's
+    /// default socket buffer) travel. Messages that fit one packet always go
+    /// through the socket: below that size a region measured no faster here
+    /// in one thread, and slower across processes (the descriptor passing
+    /// costs more than the copy it saves).
+    pub large_messages: LargeMessages,
     /// How long a receiver waits for the next fragment of a fragmented
     /// message before it gives up with `WireError::FragmentTimeout`
     /// (default 30 s).
@@ -32,24 +47,37 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_message_size: 1 << 30, shm_threshold: 64 * 1024, fragment_timeout: Duration::from_secs(30) }
+        Config {
+            max_message_size: 1 << 30,
+            large_messages: LargeMessages::SharedMemory,
+            fragment_timeout: Duration::from_secs(30),
+        }
     }
 }
 
 static MAX_MESSAGE_SIZE: AtomicU64 = AtomicU64::new(1 << 30);
-static SHM_THRESHOLD: AtomicU64 = AtomicU64::new(64 * 1024);
+static LARGE_MESSAGES: AtomicU8 = AtomicU8::new(0);
 static FRAGMENT_TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
+
+// Relaxed everywhere below: each setting is an independent value, read at
+// the start of an operation; no other memory is published through them.
 
 impl Config {
     /// The settings in force.
     pub fn global() -> Config {
-        // Relaxed: each setting is an independent value, read at the start
-        // of an operation; no other memory is published through them.
         Config {
             max_message_size: MAX_MESSAGE_SIZE.load(Ordering::Relaxed),
-            shm_threshold: usize::try_from(SHM_THRESHOLD.load(Ordering::Relaxed)).unwrap_or(usize::MAX),
+            large_messages: Self::large_messages_now(),
             fragment_timeout: Duration::from_millis(FRAGMENT_TIMEOUT_MS.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Replaces the settings for operations that start from now on.
+    pub fn set_global(config: Config) {
+        MAX_MESSAGE_SIZE.store(config.max_message_size, Ordering::Relaxed);
+        LARGE_MESSAGES.store(config.large_messages as u8, Ordering::Relaxed);
+        let ms = u64::try_from(config.fragment_timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        FRAGMENT_TIMEOUT_MS.store(ms, Ordering::Relaxed);
     }
 
     /// [`Config::max_message_size`] in force (one load, for the receive path).
@@ -58,17 +86,12 @@ impl Config {
         MAX_MESSAGE_SIZE.load(Ordering::Relaxed)
     }
 
-    /// [`Config::shm_threshold`] in force (one load, for the send path).
+    /// [`Config::large_messages`] in force (one load, for the send path).
     #[inline]
-    pub(crate) fn shm_threshold_now() -> usize {
-        usize::try_from(SHM_THRESHOLD.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
-    }
-
-    /// Replaces the settings for operations that start from now on.
-    pub fn set_global(config: Config) {
-        MAX_MESSAGE_SIZE.store(config.max_message_size, Ordering::Relaxed);
-        SHM_THRESHOLD.store(config.shm_threshold as u64, Ordering::Relaxed);
-        let ms = u64::try_from(config.fragment_timeout.as_millis()).unwrap_or(u64::MAX).max(1);
-        FRAGMENT_TIMEOUT_MS.store(ms, Ordering::Relaxed);
+    pub(crate) fn large_messages_now() -> LargeMessages {
+        match LARGE_MESSAGES.load(Ordering::Relaxed) {
+            0 => LargeMessages::SharedMemory,
+            _ => LargeMessages::Fragments,
+        }
     }
 }

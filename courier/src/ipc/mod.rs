@@ -24,11 +24,11 @@
 //! skip serde entirely: [`bytes_channel`], with [`IpcBytesSender::send_vectored`]
 //! to send a header and a body without concatenating them.
 //!
-//! A message is one `sendmsg` and one `recvmsg` when it fits one packet
-//! (about 208 KiB with Linux defaults) and is below
-//! [`Config::shm_threshold`]; larger payloads go through a pooled, sealed
-//! memfd region (one copy in, one copy out, no page faults once warm), or,
-//! with regions turned off, are fragmented over a dedicated socket.
+//! A message is one send and one `recvmsg` when it fits one packet (about
+//! 208 KiB with Linux defaults); a larger payload goes through a pooled,
+//! sealed memfd region (one copy in, one copy out, no page faults once warm),
+//! or, with [`LargeMessages::Fragments`], is fragmented over a socket
+//! dedicated to it.
 //!
 //! # Allocation
 //! Sending allocates nothing once warm: typed messages are encoded into a
@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use self::config::Config;
+pub use self::config::{Config, LargeMessages};
 pub use self::err::{IpcError, SerDeError, TryRecvError, WireError};
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait};
 pub use self::wire::MAX_FDS;

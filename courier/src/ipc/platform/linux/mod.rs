@@ -5,10 +5,10 @@
 //!   and below the shared-memory threshold) is **one `sendmsg`** whose iovec
 //!   gathers the header and the caller's slices: no staging copy, and no
 //!   control message unless descriptors travel.
-//! * A message at or above [`Config::shm_threshold`] is copied once into a
-//!   pooled, sealed memfd region and the region's descriptor is sent
-//!   ([`shm`]).
-//! * Otherwise a message too large for one packet is **fragmented** without a
+//! * A message too large for one packet is, by default
+//!   ([`LargeMessages::SharedMemory`]), copied once into a pooled, sealed
+//!   memfd region and the region's descriptor is sent ([`shm`]).
+//! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
 //!   failed first try: the first packet carries the header (announcing the
 //!   total) and the first part; the rest follows over a socketpair created
 //!   for this message alone, whose receiving end travels with the first
@@ -45,7 +45,7 @@ use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use self::shm::{MapCache, POOL};
 use self::socket::{Packet, RecvIoVec};
-use crate::ipc::config::Config;
+use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
 use crate::ipc::wire::{Body, FdKind, Header, HEADER_LEN, MAX_FDS};
 
@@ -153,9 +153,8 @@ impl OsSender {
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let shm_threshold = Config::shm_threshold_now();
         let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
-        if total < shm_threshold && total <= inline_max && parts.len() < IOV_MAX {
+        if total <= inline_max && parts.len() < IOV_MAX {
             match self.send_inline(parts, total, channels) {
                 Err(Errno::NOBUFS) => {}
                 other => return other.map_err(SendError::from),
@@ -163,7 +162,7 @@ impl OsSender {
             // The kernel could not allocate one packet this large: fragment.
             return self.send_fragmented(parts, total, channels, inline_max / 2);
         }
-        if total >= shm_threshold {
+        if Config::large_messages_now() == LargeMessages::SharedMemory {
             return self.send_shm(parts, total, channels);
         }
         self.send_fragmented(parts, total, channels, socket::max_packet())

@@ -1,7 +1,7 @@
 //! Sealed memfd regions that carry large payloads.
 //!
-//! Above [`crate::ipc::Config::shm_threshold`] a payload does not travel
-//! through the socket: the sender copies it into a memfd region and passes
+//! A payload too large for one packet does not travel through the socket
+//! (unless [`crate::ipc::LargeMessages::Fragments`] is chosen): the sender copies it into a memfd region and passes
 //! the descriptor; the receiver copies it out. That is the same two copies
 //! as the socket path, without tens of fragment syscalls, and with no second
 //! thread needed for a send that is larger than the socket buffer.
