@@ -413,56 +413,95 @@ fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
     (a, IpcBytesReceiver::from(b))
 }
 
-fn header(body: u8, nfds: u8, total: u64, kinds: u128) -> Vec<u8> {
-    let mut h = Vec::with_capacity(32);
+/// A data packet's header, as `courier::ipc`'s wire format lays it out.
+fn header(body: u8, nfds: u8, total: u64, kinds: u128, tag: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(40);
     h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
     h.extend_from_slice(&[body, nfds, 0, 0]);
     h.extend_from_slice(&total.to_le_bytes());
     h.extend_from_slice(&kinds.to_le_bytes());
+    h.extend_from_slice(&tag.to_le_bytes());
     h
 }
 
+/// A descriptor packet naming `count` descriptors of the message `tag`.
+fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(16);
+    p.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    p.extend_from_slice(&count.to_le_bytes());
+    p.extend_from_slice(&tag.to_le_bytes());
+    p
+}
+
 fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
     net::sendmsg(fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL).unwrap();
+}
+
+fn expect_wire_error<T: std::fmt::Debug>(result: Result<T, IpcError>, what: &str) -> Option<WireError> {
+    match result {
+        Err(IpcError::Io(e)) => wire_error(&e),
+        other => panic!("{what}: expected an I/O error, got {other:?}"),
+    }
 }
 
 #[test]
 fn garbage_gives_typed_errors_and_the_channel_survives() {
     let _check = fd_check();
     let (raw, rx) = raw_pair();
-    let (spare_a, spare_b) = rustix::pipe::pipe().unwrap();
-    let mut inline_ok = header(0, 0, 3, 0);
+    let (pipe_r, pipe_w) = rustix::pipe::pipe().unwrap();
+    let mut inline_ok = header(0, 0, 3, 0, 0);
     inline_ok.extend_from_slice(b"abc");
-    let mut claims_more = header(0, 0, 10, 0);
+    let mut claims_more = header(0, 0, 10, 0, 0);
     claims_more.extend_from_slice(b"abc");
-    let cases: Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>, &str)> = vec![
-        (b"short".to_vec(), vec![], "short packet"),
-        (vec![0xff; 64], vec![], "bad magic"),
-        (header(7, 0, 0, 0), vec![], "unknown body"),
-        (claims_more, vec![], "length mismatch"),
-        (header(0, 0, 1 << 40, 0), vec![], "huge claim"),
-        (header(1, 0, 1 << 20, 0), vec![], "fragmented without carrier"),
-        (header(2, 0, 1 << 20, 0), vec![], "region without carrier"),
-        (inline_ok.clone(), vec![spare_a.as_fd(), spare_b.as_fd()], "surplus descriptors"),
-        (header(2, 1, 100, 3), vec![spare_a.as_fd()], "a pipe posing as a region"),
-        (header(1, 1, 1 << 20, 3), vec![spare_a.as_fd()], "a pipe posing as a fragment socket"),
+    // (packets, each with its descriptors, and what the receiver must say)
+    type Case<'a> = (Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'a>>)>, &'static str);
+    let cases: Vec<Case<'_>> = vec![
+        (vec![(b"short".to_vec(), vec![])], "short packet"),
+        (vec![(vec![0xff; 64], vec![])], "bad magic"),
+        (vec![(header(7, 0, 0, 0, 0), vec![])], "unknown body"),
+        (vec![(claims_more, vec![])], "length mismatch"),
+        (vec![(header(0, 0, 1 << 40, 0, 0), vec![])], "huge claim"),
+        (vec![(header(1, 0, 1 << 20, 0, 0), vec![])], "fragmented without carrier"),
+        (vec![(header(2, 0, 1 << 20, 0, 0), vec![])], "region without carrier"),
+        (vec![(fd_packet(1, 5), vec![pipe_r.as_fd()])], "descriptors nobody announced"),
+        (vec![(header(2, 1, 100, 3, 6), vec![]), (fd_packet(1, 6), vec![pipe_r.as_fd()])], "a pipe posing as a region"),
+        (
+            vec![(header(1, 1, 1 << 20, 3, 7), vec![]), (fd_packet(1, 7), vec![pipe_r.as_fd()])],
+            "a pipe posing as a fragment socket",
+        ),
+        (
+            vec![(header(0, 1, 0, 0, 8), vec![]), (fd_packet(2, 8), vec![pipe_r.as_fd(), pipe_w.as_fd()])],
+            "more descriptors than announced",
+        ),
+        (
+            vec![(header(0, 2, 0, 0, 9), vec![]), (fd_packet(9, 10), vec![pipe_r.as_fd()])],
+            "descriptors for another message",
+        ),
     ];
-    for (bytes, fds, what) in &cases {
-        raw_send(&raw, bytes, fds);
-        match rx.recv() {
-            Err(IpcError::Io(e)) => {
-                assert!(wire_error(&e).is_some() || e.kind() != std::io::ErrorKind::Other, "{what}: {e}")
-            }
-            other => panic!("{what}: expected an error, got {other:?}"),
+    for (packets, what) in &cases {
+        for (bytes, fds) in packets {
+            raw_send(&raw, bytes, fds);
+        }
+        let err = expect_wire_error(rx.recv(), what);
+        assert!(err.is_some() || *what == "a pipe posing as a fragment socket", "{what}: {err:?}");
+        if *what == "descriptors for another message" {
+            // The message still waits for its own descriptors: give up on it
+            // by sending them wrongly counted.
+            raw_send(&raw, &fd_packet(1, 9), &[pipe_r.as_fd()]);
+            assert!(matches!(expect_wire_error(rx.recv(), what), Some(WireError::UnexpectedFds { .. })));
         }
         // The channel still works after each bad message.
         raw_send(&raw, &inline_ok, &[]);
         assert_eq!(rx.recv().unwrap(), b"abc", "{what}");
     }
-    drop((spare_a, spare_b));
+    // Descriptors attached to a data packet are closed unread; the message
+    // itself is fine.
+    raw_send(&raw, &inline_ok, &[pipe_r.as_fd(), pipe_w.as_fd()]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
+    drop((pipe_r, pipe_w));
 }
 
 #[test]
@@ -471,30 +510,58 @@ fn oversized_packets_and_descriptor_floods() {
     let (raw, rx) = raw_pair();
     // A peer with a larger send buffer sends a packet longer than ours can be.
     net::sockopt::set_socket_send_buffer_size(&raw, 4 << 20).unwrap();
-    let mut big = header(0, 0, 0, 0);
+    let mut big = header(0, 0, (1 << 20) - 40, 0, 0);
     big.resize(1 << 20, 7);
-    big[8..16].copy_from_slice(&((1u64 << 20) - 32).to_le_bytes());
     raw_send(&raw, &big, &[]);
-    match rx.recv() {
-        Err(IpcError::Io(e)) => assert_eq!(wire_error(&e), Some(WireError::Truncated)),
-        other => panic!("expected Truncated, got {other:?}"),
-    }
+    assert_eq!(expect_wire_error(rx.recv(), "oversized"), Some(WireError::Truncated));
     // More descriptors than any message may carry: the kernel truncates the
     // control data, the receiver reports it and closes what did arrive.
     let pipes: Vec<_> = (0..40).map(|_| rustix::pipe::pipe().unwrap()).collect();
     let fds: Vec<_> = pipes.iter().flat_map(|(a, b)| [a.as_fd(), b.as_fd()]).collect();
-    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
-    net::sendmsg(&raw, &[IoSlice::new(&header(0, 0, 0, 0))], &mut control, SendFlags::NOSIGNAL).unwrap();
-    match rx.recv() {
-        Err(IpcError::Io(e)) => assert_eq!(wire_error(&e), Some(WireError::ControlTruncated)),
-        other => panic!("expected ControlTruncated, got {other:?}"),
-    }
+    raw_send(&raw, &header(0, 64, 0, 0, 11), &[]);
+    raw_send(&raw, &fd_packet(80, 11), &fds);
+    assert_eq!(expect_wire_error(rx.recv(), "flood"), Some(WireError::ControlTruncated));
     drop(fds);
     drop(pipes);
-    raw_send(&raw, &header(0, 0, 0, 0), &[]);
+    raw_send(&raw, &header(0, 0, 0, 0, 0), &[]);
     assert_eq!(rx.recv().unwrap(), b"");
+    // Announced descriptors that never come, then the peer hangs up: the
+    // message fails, then the channel reports the disconnection.
+    raw_send(&raw, &header(0, 1, 0, 0, 12), &[]);
+    drop(raw);
+    assert_eq!(expect_wire_error(rx.recv(), "hang-up"), Some(WireError::Truncated));
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+}
+
+#[test]
+fn messages_wait_for_their_descriptors_in_order() {
+    let _check = fd_check();
+    // Two senders' packets interleave: A's data, B's data, B's descriptors,
+    // A's descriptors. The receiver hands out A, then B, each with its own.
+    let (raw, rx) = {
+        let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        (a, IpcReceiver::<(u8, IpcBytesSender)>::from(b))
+    };
+    let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
+    let (tx_b, rx_b) = ipc::bytes_channel().unwrap();
+    let mut a = header(0, 1, 2, 0, 100);
+    a.extend_from_slice(&[1, 0]); // (1u8, channel index 0)
+    let mut b = header(0, 1, 2, 0, 200);
+    b.extend_from_slice(&[2, 0]);
+    raw_send(&raw, &a, &[]);
+    raw_send(&raw, &b, &[]);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A has no descriptors yet");
+    raw_send(&raw, &fd_packet(1, 200), &[tx_b.as_fd()]);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A still waits, and B is behind it");
+    raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
+    let (n, sender) = rx.recv().unwrap();
+    assert_eq!(n, 1);
+    sender.send(b"to a").unwrap();
+    assert_eq!(rx_a.recv().unwrap(), b"to a");
+    let (n, sender) = rx.recv().unwrap();
+    assert_eq!(n, 2);
+    sender.send(b"to b").unwrap();
+    assert_eq!(rx_b.recv().unwrap(), b"to b");
 }
 
 #[test]
@@ -504,15 +571,17 @@ fn typed_receiver_rejects_bad_channel_indices() {
     let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
     let rx = IpcReceiver::<IpcSender<u8>>::from(b);
     let (spare, _keep) = ipc::channel::<u8>().unwrap();
-    let mut message = header(0, 1, 1, 0);
+    let mut message = header(0, 1, 1, 0, 1);
     message.push(5);
-    raw_send(&a, &message, &[spare.as_fd()]);
+    raw_send(&a, &message, &[]);
+    raw_send(&a, &fd_packet(1, 1), &[spare.as_fd()]);
     assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
     // The same index twice.
     let rx = IpcReceiver::<(IpcSender<u8>, IpcSender<u8>)>::from(rx_fd(rx));
-    let mut message = header(0, 1, 2, 0);
+    let mut message = header(0, 1, 2, 0, 2);
     message.extend_from_slice(&[0, 0]);
-    raw_send(&a, &message, &[spare.as_fd()]);
+    raw_send(&a, &message, &[]);
+    raw_send(&a, &fd_packet(1, 2), &[spare.as_fd()]);
     assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
 }
 

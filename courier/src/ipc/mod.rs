@@ -344,9 +344,6 @@ impl<'de> Deserialize<'de> for IpcBytesSender {
 /// The receiving end of a bytes channel.
 pub struct IpcBytesReceiver {
     os: OsReceiver,
-    /// Capacity to give the next message's buffer: the last message's size,
-    /// so that a steady stream is received in place with no extra copy.
-    guess: Cell<usize>,
     limit: Cell<Option<u64>>,
 }
 
@@ -355,7 +352,7 @@ const MIN_GUESS: usize = 64;
 
 impl IpcBytesReceiver {
     fn from_os(os: OsReceiver) -> Self {
-        IpcBytesReceiver { os, guess: Cell::new(MIN_GUESS), limit: Cell::new(None) }
+        IpcBytesReceiver { os, limit: Cell::new(None) }
     }
 
     /// Blocks until a message arrives, or every sender is gone.
@@ -381,11 +378,12 @@ impl IpcBytesReceiver {
 
     fn recv_wait(&self, wait: Wait) -> Result<Vec<u8>, TryRecvError> {
         let limit = self.limit.get().unwrap_or_else(Config::max_message_size_now);
-        let mut data = Vec::with_capacity(self.guess.get());
+        // Sized as the last message, so that a steady stream of large
+        // messages is received in place with no extra copy.
+        let mut data = Vec::with_capacity(self.os.last_len().max(MIN_GUESS));
         let fds = self.os.recv_into(&mut data, wait, limit)?;
         // Bytes channels carry no channels; close whatever a peer attached.
         drop(fds);
-        self.guess.set(data.len().max(MIN_GUESS));
         if data.capacity() - data.len() > 4096 && data.capacity() / 2 > data.len() {
             data.shrink_to_fit();
         }

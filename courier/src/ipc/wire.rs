@@ -1,27 +1,48 @@
-//! The message header: what every first packet of a message starts with.
+//! The wire format: the header every message starts with, and the packet
+//! that carries a message's descriptors.
 //!
-//! A message is one `SOCK_SEQPACKET` packet when it fits. Its first 32 bytes
+//! A message is one `SOCK_SEQPACKET` packet when it fits. Its first 40 bytes
 //! are this header, and the payload follows at an 8-byte-aligned offset:
 //!
 //! ```text
-//!  0       4    5    6       8               16                              32
-//!  +-------+----+----+-------+---------------+-------------------------------+---------
-//!  | magic |body|nfds| zero  | total (u64)   | kinds: 2 bits per descriptor  | payload
-//!  +-------+----+----+-------+---------------+-------------------------------+---------
-//!   u32 LE  u8   u8   u16      payload bytes    u128 LE, descriptor i at bits
-//!                              of the whole     2i..2i+2
-//!                              message
+//!  0       4    5    6       8            16                         32          40
+//!  +-------+----+----+-------+------------+--------------------------+-----------+--------
+//!  | magic |body|nfds| zero  | total      | kinds: 2 bits/descriptor | tag       | payload
+//!  +-------+----+----+-------+------------+--------------------------+-----------+--------
+//!   u32 LE  u8   u8   u16     u64 LE:      u128 LE, descriptor i at   u64 LE
+//!                             payload of   bits 2i..2i+2
+//!                             the message
 //! ```
 //!
 //! * `body` says where the payload travels: [`Body::Inline`] (all of it in
 //!   this packet), [`Body::Fragmented`] (the rest follows on a dedicated
 //!   socket, the last descriptor), or [`Body::SharedMemory`] (all of it in a
 //!   sealed memfd region, the last descriptor).
-//! * `nfds` is the number of descriptors attached with `SCM_RIGHTS`; `kinds`
+//! * `nfds` is the number of descriptors the message carries and `kinds`
 //!   says what each one is, so the receiver never guesses by `fstat` or by
 //!   position (as ipc-channel does).
 //! * `total` is the length of the whole payload: the receiver checks it
 //!   against its limit *before* it allocates, and allocates exactly once.
+//!
+//! # Descriptors travel in a packet of their own
+//! A data packet never carries descriptors. A message with descriptors is
+//! its data packet followed by a 16-byte **descriptor packet** with the
+//! descriptors attached (`SCM_RIGHTS`), matched to the message by `tag`:
+//!
+//! ```text
+//!  0          4          8                 16
+//!  +----------+----------+-----------------+
+//!  | FD_MAGIC | count    | tag             |
+//!  +----------+----------+-----------------+
+//! ```
+//!
+//! So the receiver reads data packets with plain `recv(2)`, and needs
+//! `recvmsg(2)` with a control buffer only after a header announced
+//! descriptors: measured here, `recvmsg` with a control buffer and an iovec
+//! costs about 16% more than `recv` for a 64-byte message, the whole margin a
+//! channel has over a raw socket. Other senders' packets may come between a
+//! data packet and its descriptor packet (two `sendmsg` calls are not one
+//! atomic write), hence the tag.
 //!
 //! Everything here is decoded from bytes a peer wrote, so every field is
 //! checked and every failure is a [`WireError`], never a panic.
@@ -29,10 +50,61 @@
 use super::err::WireError;
 
 /// Size of the header in bytes; payloads start 8-byte aligned right after it.
-pub(crate) const HEADER_LEN: usize = 32;
+pub(crate) const HEADER_LEN: usize = 40;
 
-/// Identifies courier's wire format, version 1.
+/// Size of a descriptor packet.
+pub(crate) const FD_PACKET_LEN: usize = 16;
+
+/// Identifies a data packet of courier's wire format, version 1.
 const MAGIC: u32 = 0xC0C0_5201;
+
+/// Identifies a descriptor packet.
+const FD_MAGIC: u32 = 0xC0C0_5202;
+
+/// What the first bytes of a packet say it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PacketKind {
+    Data,
+    Fds,
+}
+
+impl PacketKind {
+    /// Classifies a packet by its magic (`bytes` is at least 4 bytes long).
+    pub fn of(bytes: &[u8]) -> Result<Self, WireError> {
+        match bytes.first_chunk::<4>().map(|m| u32::from_le_bytes(*m)) {
+            Some(MAGIC) => Ok(PacketKind::Data),
+            Some(FD_MAGIC) => Ok(PacketKind::Fds),
+            _ => Err(WireError::BadHeader("bad magic")),
+        }
+    }
+}
+
+/// The packet that carries a message's descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FdPacket {
+    pub count: usize,
+    pub tag: u64,
+}
+
+impl FdPacket {
+    pub fn encode(&self) -> [u8; FD_PACKET_LEN] {
+        let mut out = [0u8; FD_PACKET_LEN];
+        out[0..4].copy_from_slice(&FD_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&(self.count as u32).to_le_bytes());
+        out[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let bytes: &[u8; FD_PACKET_LEN] =
+            bytes.try_into().map_err(|_| WireError::BadHeader("descriptor packet of the wrong size"))?;
+        if u32::from_le_bytes(*bytes.first_chunk::<4>().unwrap_or(&[0; 4])) != FD_MAGIC {
+            return Err(WireError::BadHeader("bad magic"));
+        }
+        let count = u32::from_le_bytes(field(bytes, 4)) as usize;
+        Ok(FdPacket { count, tag: u64::from_le_bytes(field(bytes, 8)) })
+    }
+}
 
 /// The most descriptors one message may carry (the `kinds` field has room for
 /// 64, and the receiver's control buffer is sized for that many).
@@ -79,12 +151,14 @@ pub(crate) struct Header {
     pub nfds: usize,
     pub total: u64,
     kinds: u128,
+    /// Matches the message to its descriptor packet.
+    pub tag: u64,
 }
 
 impl Header {
     /// A header for a message of `total` payload bytes with `channels` channel
     /// descriptors, plus one carrier descriptor unless the body is inline.
-    pub fn new(body: Body, total: usize, channels: usize) -> Self {
+    pub fn new(body: Body, total: usize, channels: usize, tag: u64) -> Self {
         debug_assert!(channels + usize::from(body != Body::Inline) <= MAX_FDS);
         let mut nfds = channels;
         let mut kinds = 0u128; // Channel is 0: only the carrier needs bits.
@@ -92,7 +166,7 @@ impl Header {
             kinds |= (FdKind::Carrier as u128) << (2 * nfds);
             nfds += 1;
         }
-        Header { body, nfds, total: total as u64, kinds }
+        Header { body, nfds, total: total as u64, kinds, tag }
     }
 
     /// The kind of descriptor `i` (`i < nfds`).
@@ -117,27 +191,25 @@ impl Header {
         out[5] = self.nfds as u8;
         out[8..16].copy_from_slice(&self.total.to_le_bytes());
         out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
+        out[32..40].copy_from_slice(&self.tag.to_le_bytes());
         out
     }
 
-    /// Decodes and validates a header that arrived with `nfds_received`
-    /// descriptors.
+    /// Decodes and validates a header.
     #[inline]
-    pub fn decode(bytes: &[u8; HEADER_LEN], nfds_received: usize) -> Result<Self, WireError> {
+    pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         // Fast path, the common case: inline, no descriptors, no kinds.
         const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, reserved 0
-        if u64::from_le_bytes(field(bytes, 0)) == PLAIN
-            && nfds_received == 0
-            && u128::from_le_bytes(field(bytes, 16)) == 0
-        {
+        if u64::from_le_bytes(field(bytes, 0)) == PLAIN && u128::from_le_bytes(field(bytes, 16)) == 0 {
             let total = u64::from_le_bytes(field(bytes, 8));
-            return Ok(Header { body: Body::Inline, nfds: 0, total, kinds: 0 });
+            let tag = u64::from_le_bytes(field(bytes, 32));
+            return Ok(Header { body: Body::Inline, nfds: 0, total, kinds: 0, tag });
         }
-        Self::decode_slow(bytes, nfds_received)
+        Self::decode_slow(bytes)
     }
 
     #[cold]
-    fn decode_slow(bytes: &[u8; HEADER_LEN], nfds_received: usize) -> Result<Self, WireError> {
+    fn decode_slow(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
             return Err(WireError::BadHeader("bad magic"));
         }
@@ -154,15 +226,13 @@ impl Header {
         if nfds > MAX_FDS {
             return Err(WireError::BadHeader("too many descriptors"));
         }
-        if nfds != nfds_received {
-            return Err(WireError::UnexpectedFds { announced: nfds, received: nfds_received });
-        }
         let total = u64::from_le_bytes(field(bytes, 8));
         let kinds = u128::from_le_bytes(field(bytes, 16));
         if nfds < MAX_FDS && kinds >> (2 * nfds) != 0 {
             return Err(WireError::BadHeader("kinds beyond the descriptor count"));
         }
-        let header = Header { body, nfds, total, kinds };
+        let tag = u64::from_le_bytes(field(bytes, 32));
+        let header = Header { body, nfds, total, kinds, tag };
         for i in 0..nfds {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
             let is_last = i + 1 == nfds;
@@ -179,7 +249,7 @@ impl Header {
 }
 
 /// The `N` bytes of `bytes` at offset `at` (constant offsets inside the header).
-fn field<const N: usize>(bytes: &[u8; HEADER_LEN], at: usize) -> [u8; N] {
+fn field<const N: usize, const L: usize>(bytes: &[u8; L], at: usize) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&bytes[at..at + N]);
     out
@@ -193,8 +263,8 @@ mod tests {
     fn roundtrip_every_body() {
         for (body, channels) in [(Body::Inline, 0), (Body::Inline, 5), (Body::Fragmented, 3), (Body::SharedMemory, 63)]
         {
-            let h = Header::new(body, 12345, channels);
-            let d = Header::decode(&h.encode(), h.nfds).unwrap();
+            let h = Header::new(body, 12345, channels, 0xfeed_beef);
+            let d = Header::decode(&h.encode()).unwrap();
             assert_eq!(d, h);
             assert_eq!(d.channels(), channels);
             for i in 0..channels {
@@ -204,43 +274,54 @@ mod tests {
                 assert_eq!(d.kind(channels), FdKind::Carrier);
             }
         }
+        let p = FdPacket { count: 7, tag: u64::MAX };
+        assert_eq!(FdPacket::decode(&p.encode()), Ok(p));
+        assert_eq!(PacketKind::of(&p.encode()), Ok(PacketKind::Fds));
+        assert_eq!(PacketKind::of(&Header::new(Body::Inline, 0, 0, 0).encode()), Ok(PacketKind::Data));
     }
 
     #[test]
     fn rejects_malformed_headers() {
-        let good = Header::new(Body::Fragmented, 10, 1).encode();
+        let good = Header::new(Body::Fragmented, 10, 1, 1).encode();
         let mut bad = good;
         bad[0] ^= 1;
-        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        assert!(PacketKind::of(&bad).is_err());
         let mut bad = good;
         bad[4] = 9;
-        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         let mut bad = good;
         bad[6] = 1;
-        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
-        assert_eq!(Header::decode(&good, 3), Err(WireError::UnexpectedFds { announced: 2, received: 3 }));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // A fragmented body whose carrier is not last.
         let mut bad = good;
         bad[16] = 0b0011;
-        assert!(matches!(Header::decode(&bad, 2), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // Kinds set for descriptors that are not there.
-        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[17] = 1;
-        assert!(matches!(Header::decode(&bad, 0), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // A non-inline body with no descriptor at all.
-        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[4] = Body::SharedMemory as u8;
-        assert!(matches!(Header::decode(&bad, 0), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // Too many descriptors announced.
-        let mut bad = Header::new(Body::Inline, 0, 0).encode();
+        let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[5] = 65;
-        assert!(matches!(Header::decode(&bad, 65), Err(WireError::BadHeader(_))));
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        // Descriptor packets of the wrong size or magic.
+        assert!(FdPacket::decode(&[0; 15]).is_err());
+        assert!(FdPacket::decode(&[0; 16]).is_err());
+        assert!(PacketKind::of(&[1, 2]).is_err());
     }
 
     proptest::proptest! {
         #[test]
-        fn decode_never_panics(bytes in proptest::array::uniform32(proptest::prelude::any::<u8>()), n in 0usize..70) {
-            let _ = Header::decode(&bytes, n);
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN)) {
+            let header: [u8; HEADER_LEN] = bytes.clone().try_into().unwrap();
+            let _ = Header::decode(&header);
+            let _ = FdPacket::decode(&bytes[..FD_PACKET_LEN]);
+            let _ = PacketKind::of(&bytes);
         }
     }
 }

@@ -31,11 +31,13 @@
 pub(crate) mod shm;
 pub(crate) mod socket;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,10 +46,10 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use self::shm::{MapCache, POOL};
-use self::socket::{Packet, RecvIoVec};
+use self::socket::RecvIoVec;
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
-use crate::ipc::wire::{Body, FdKind, Header, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 const IOV_MAX: usize = 1024;
@@ -56,6 +58,8 @@ const IOV_MAX: usize = 1024;
 /// kernel's `msghdr` path (copying in and checking the iovec array, about
 /// 100 ns here), more than copying this many bytes.
 const SMALL: usize = socket::SMALL_MAX;
+/// Gathers of fewer parts than this build their iovec on the stack.
+const STACK_IOV: usize = 8;
 /// `ENOBUFS` halving stops here: below it the error is reported.
 const MIN_PACKET: usize = 2048;
 
@@ -125,6 +129,15 @@ pub(crate) fn trim_region_pool() {
     POOL.trim();
 }
 
+/// A tag no other message of this process carries at the same time: the
+/// process id above a counter, so tags of different live processes differ.
+fn next_tag() -> u64 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    // Relaxed: uniqueness needs only the atomicity of the increment.
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (u64::from(std::process::id()) << 32) | u64::from(n)
+}
+
 // ===== OsSender =====
 
 /// The sending end of a channel. Clones share the socket: each message is
@@ -169,37 +182,46 @@ impl OsSender {
     }
 
     fn send_inline(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), Errno> {
-        let header = Header::new(Body::Inline, total, channels.len()).encode();
-        if channels.is_empty() && total <= SMALL {
-            return socket::send_small(self.fd(), &header, parts, total).map(drop);
-        }
-        // Small gathers, the common case, stay on the stack.
-        const STACK: usize = 8;
-        if parts.len() < STACK {
-            let mut iov = [IoSlice::new(&[]); STACK];
+        let tag = if channels.is_empty() { 0 } else { next_tag() };
+        let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
+        if total <= SMALL {
+            socket::send_small(self.fd(), &header, parts, total)?;
+        } else if parts.len() < STACK_IOV {
+            // Small gathers, the common case, stay on the stack.
+            let mut iov = [IoSlice::new(&[]); STACK_IOV];
             iov[0] = IoSlice::new(&header);
             iov[1..=parts.len()].copy_from_slice(parts);
-            socket::send(self.fd(), &iov[..=parts.len()], channels)?;
+            socket::send(self.fd(), &iov[..=parts.len()], &[])?;
         } else {
             let mut iov = Vec::with_capacity(parts.len() + 1);
             iov.push(IoSlice::new(&header));
             iov.extend_from_slice(parts);
-            socket::send(self.fd(), &iov, channels)?;
+            socket::send(self.fd(), &iov, &[])?;
         }
-        Ok(())
+        self.send_fds(channels, None, tag)
+    }
+
+    /// Sends the descriptor packet of the message tagged `tag`: `channels`,
+    /// then `carrier`. Nothing to send without descriptors.
+    fn send_fds(&self, channels: &[BorrowedFd<'_>], carrier: Option<BorrowedFd<'_>>, tag: u64) -> Result<(), Errno> {
+        if channels.is_empty() && carrier.is_none() {
+            return Ok(());
+        }
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
+        fds.extend_from_slice(channels);
+        fds.extend(carrier);
+        let packet = FdPacket { count: fds.len(), tag }.encode();
+        socket::send(self.fd(), &[IoSlice::new(&packet)], &fds).map(drop)
     }
 
     fn send_shm(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), SendError> {
         let region = POOL.take_filled(parts, total)?;
-        let header = Header::new(Body::SharedMemory, total, channels.len()).encode();
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
-        fds.extend_from_slice(channels);
-        fds.push(region.fd());
-        let sent = socket::send(self.fd(), &[IoSlice::new(&header)], &fds);
-        drop(fds);
+        let tag = next_tag();
+        let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
+        let sent = socket::send(self.fd(), &[IoSlice::new(&header)], &[])
+            .and_then(|_| self.send_fds(channels, Some(region.fd()), tag));
         POOL.put(region);
-        sent?;
-        Ok(())
+        Ok(sent?)
     }
 
     fn send_fragmented(
@@ -210,10 +232,8 @@ impl OsSender {
         packet: usize,
     ) -> Result<(), SendError> {
         let (carrier_tx, carrier_rx) = socket::pair()?;
-        let header = Header::new(Body::Fragmented, total, channels.len()).encode();
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
-        fds.extend_from_slice(channels);
-        fds.push(carrier_rx.as_fd());
+        let tag = next_tag();
+        let header = Header::new(Body::Fragmented, total, channels.len(), tag).encode();
 
         let mut cursor = Gather::new(parts);
         let mut packet = packet & !7;
@@ -223,7 +243,7 @@ impl OsSender {
             iov.clear();
             iov.push(IoSlice::new(&header));
             let len = cursor.take((packet - HEADER_LEN) & !7, &mut iov);
-            match socket::send(self.fd(), &iov, &fds) {
+            match socket::send(self.fd(), &iov, &[]) {
                 Ok(_) => {
                     cursor.advance(len);
                     break;
@@ -232,7 +252,7 @@ impl OsSender {
                 Err(e) => return Err(e.into()),
             }
         }
-        drop(fds);
+        self.send_fds(channels, Some(carrier_rx.as_fd()), tag)?;
         drop(carrier_rx); // the receiver holds its own copy now
                           // The rest: on the dedicated socket, blocking until the receiver reads.
         while cursor.remaining() > 0 {
@@ -311,87 +331,145 @@ impl<'a> Gather<'a> {
 #[derive(Debug)]
 pub(crate) struct OsReceiver {
     fd: OwnedFd,
-    regions: RefCell<MapCache>,
+    /// Payload length of the last message: how large the next is expected
+    /// to be, which picks the read path and sizes the buffer.
+    guess: Cell<usize>,
+    state: RefCell<RecvState>,
 }
 
-impl std::fmt::Debug for MapCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MapCache")
-    }
+/// A message whose data packet arrived, kept until its descriptors do.
+#[derive(Debug)]
+struct Stashed {
+    header: Header,
+    /// The payload bytes of the data packet.
+    data: Vec<u8>,
+    /// The descriptors, once their packet arrived (at once if none).
+    fds: Option<Vec<OwnedFd>>,
+}
+
+/// What a receiver keeps between calls.
+#[derive(Debug, Default)]
+struct RecvState {
+    /// Mappings of the regions large payloads arrived in.
+    regions: MapCache,
+    /// Messages in arrival order whose descriptors were announced; the front
+    /// goes out first, once complete. Empty in the steady state.
+    stash: VecDeque<Stashed>,
+    /// Tags of messages refused after their data packet: their descriptor
+    /// packets are dropped quietly when they come.
+    refused: VecDeque<u64>,
+}
+
+/// Messages a receiver holds while it waits for an announced descriptor
+/// packet; past this, the oldest waiting message is given up.
+const MAX_STASH: usize = 64;
+/// Tags of refused messages remembered.
+const MAX_REFUSED: usize = 16;
+/// Messages expected to be at most this large are read with plain `recv(2)`
+/// into the thread's scratch area and copied out (cheaper than the
+/// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
+/// straight into the destination.
+const SCATTER_MIN: usize = 2048;
+
+/// What one read delivered.
+enum Read {
+    /// A data packet; its payload is in the destination buffer.
+    Data(Header),
+    /// A descriptor packet, and whether the kernel dropped some of its
+    /// descriptors for lack of room (`MSG_CTRUNC`).
+    Fds(FdPacket, Vec<OwnedFd>, bool),
 }
 
 thread_local! {
-    /// Where the part of a packet lands that the destination had no room
-    /// for. Allocated on first use, never initialised: the kernel writes only
-    /// what arrives, so only pages that ever held overflow become resident.
-    static OVERFLOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Where packets land that the destination had no room for, and where
+    /// small messages are read whole. Allocated on first use, never
+    /// initialised: the kernel writes only what arrives, so only pages that
+    /// ever held data become resident.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl OsReceiver {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
-        OsReceiver { fd, regions: RefCell::new(MapCache::default()) }
+        OsReceiver { fd, guess: Cell::new(0), state: RefCell::new(RecvState::default()) }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
+    /// The payload length of the last message received.
+    pub(crate) fn last_len(&self) -> usize {
+        self.guess.get()
+    }
+
     /// Receives one message: its payload replaces the contents of `dst` (the
     /// spare capacity of which is used as the receive buffer), and its
     /// channel descriptors are returned in order.
     pub(crate) fn recv_into(&self, dst: &mut Vec<u8>, wait: Wait, limit: u64) -> Result<Vec<OwnedFd>, RecvError> {
-        let dontwait = match wait {
-            Wait::Block => false,
-            Wait::Poll => true,
-            Wait::Until(deadline) => {
-                wait_readable(self.fd(), deadline)?;
-                true
+        let mut state = self.state.borrow_mut();
+        loop {
+            if state.stash.front().is_some_and(|m| m.fds.is_some()) {
+                let message = state.stash.pop_front().unwrap_or_else(|| unreachable!("front checked above"));
+                let fds = message.fds.unwrap_or_default();
+                *dst = message.data;
+                return self.finish(&mut state, message.header, dst, fds);
             }
-        };
-        dst.clear();
-        let mut header = [MaybeUninit::<u8>::uninit(); HEADER_LEN];
-        let packet_room = socket::max_packet() - HEADER_LEN;
-        let (packet, header) = OVERFLOW.with(|overflow| {
-            let mut overflow_buf = overflow.borrow_mut();
-            let spare = dst.spare_capacity_mut();
-            let spare_len = spare.len();
-            let need = packet_room.saturating_sub(spare_len);
-            if overflow_buf.capacity() < need {
-                *overflow_buf = Vec::with_capacity(packet_room);
-            }
-            let overflow = overflow_buf.spare_capacity_mut();
-            let mut iov = [RecvIoVec::new(&mut header), RecvIoVec::new(spare), RecvIoVec::new(&mut overflow[..need])];
-            let packet = socket::recv(self.fd(), &mut iov, dontwait)?;
-            let header = self.check_packet(&packet, &header)?;
-            let inline = packet.len - HEADER_LEN;
-            let in_dst = inline.min(spare_len);
-            // SAFETY: `recvmsg` wrote `inline` payload bytes after the header,
-            // the first `in_dst` of them into `dst`'s spare capacity.
-            unsafe { dst.set_len(in_dst) };
-            if inline > in_dst {
-                let extra = &overflow[..inline - in_dst];
-                dst.reserve(extra.len());
-                // SAFETY: the kernel wrote the first `inline - in_dst` bytes
-                // of the overflow area (the rest of the packet); `reserve`
-                // made room for them in `dst`; the buffers are distinct.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        extra.as_ptr().cast::<u8>(),
-                        dst.spare_capacity_mut().as_mut_ptr().cast::<u8>(),
-                        extra.len(),
-                    );
-                    dst.set_len(inline);
+            let dontwait = match wait {
+                Wait::Block => false,
+                Wait::Poll => true,
+                Wait::Until(deadline) => {
+                    wait_readable(self.fd(), deadline)?;
+                    true
                 }
+            };
+            let awaiting = !state.stash.is_empty();
+            let read = match self.read(dst, awaiting, dontwait) {
+                Err(RecvError::Disconnected) if awaiting => {
+                    // The stream ended before the announced descriptors: the
+                    // waiting messages fail, once; complete ones still go out.
+                    let before = state.stash.len();
+                    state.stash.retain(|m| m.fds.is_some());
+                    if state.stash.len() < before {
+                        return Err(WireError::Truncated.into());
+                    }
+                    continue;
+                }
+                Err(RecvError::Empty) if matches!(wait, Wait::Until(_)) => continue,
+                other => other?,
+            };
+            match read {
+                Read::Data(header) => {
+                    self.guess.set(dst.len());
+                    if header.total > limit {
+                        state.refuse(header);
+                        return Err(WireError::TooLarge { claimed: header.total, limit }.into());
+                    }
+                    if header.nfds == 0 && state.stash.is_empty() {
+                        // The steady state: nothing announced, nothing pending.
+                        return self.finish(&mut state, header, dst, Vec::new());
+                    }
+                    let fds = (header.nfds == 0).then(Vec::new);
+                    state.stash.push_back(Stashed { header, data: std::mem::take(dst), fds });
+                    if state.stash.len() > MAX_STASH {
+                        return Err(state.give_up_oldest().into());
+                    }
+                }
+                Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
             }
-            Ok::<_, RecvError>((packet, header))
-        })?;
-        let Packet { len, mut fds, .. } = packet;
-        let inline = len - HEADER_LEN;
-        if header.total > limit {
-            return Err(WireError::TooLarge { claimed: header.total, limit }.into());
         }
-        // Fits in memory: `limit` is at most what the caller accepts.
-        let total = usize::try_from(header.total).map_err(|_| WireError::TooLarge { claimed: header.total, limit })?;
+    }
+
+    /// Completes a message whose descriptors are all here: checks the
+    /// payload against the header and fetches the part carried elsewhere.
+    fn finish(
+        &self,
+        state: &mut RecvState,
+        header: Header,
+        dst: &mut Vec<u8>,
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<Vec<OwnedFd>, RecvError> {
+        let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
+        let inline = dst.len();
         match header.body {
             Body::Inline if total == inline => {}
             Body::Inline => return Err(WireError::Truncated.into()),
@@ -402,33 +480,157 @@ impl OsReceiver {
             Body::Fragmented => return Err(WireError::BadHeader("fragmented message fits one packet").into()),
             Body::SharedMemory if inline == 0 => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
-                self.regions.borrow_mut().copy_out(&carrier, total, dst)?;
+                state.regions.copy_out(&carrier, total, dst)?;
             }
             Body::SharedMemory => return Err(WireError::BadHeader("inline bytes with a region").into()),
         }
-        debug_assert!(fds.iter().enumerate().all(|(i, _)| header.kind(i) == FdKind::Channel));
+        debug_assert!((0..fds.len()).all(|i| header.kind(i) == FdKind::Channel));
+        self.guess.set(dst.len());
         Ok(fds)
     }
 
-    /// Turns a raw packet into a validated header, or the error it deserves.
-    fn check_packet(&self, packet: &Packet, header: &[MaybeUninit<u8>; HEADER_LEN]) -> Result<Header, RecvError> {
-        if packet.len == 0 && packet.fds.is_empty() && !packet.truncated {
-            // End of stream: every sender is closed and the queue is drained.
+    /// Reads one packet. A data packet's payload replaces `dst`'s contents.
+    /// With `control`, descriptors attached to the packet are taken.
+    fn read(&self, dst: &mut Vec<u8>, control: bool, dontwait: bool) -> Result<Read, RecvError> {
+        dst.clear();
+        let room = socket::max_packet();
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            if scratch.capacity() < room {
+                *scratch = Vec::with_capacity(room);
+            }
+            if !control && self.guess.get() <= SCATTER_MIN {
+                self.read_small(scratch.spare_capacity_mut(), dst, dontwait)
+            } else {
+                self.read_scatter(&mut scratch.spare_capacity_mut()[HEADER_LEN..], dst, control, dontwait)
+            }
+        })
+    }
+
+    /// `recv(2)` of the whole packet into `scratch`, then the payload copied
+    /// into `dst`. Descriptors attached to the packet are discarded by the
+    /// kernel (a data packet never legitimately has any).
+    fn read_small(
+        &self,
+        scratch: &mut [MaybeUninit<u8>],
+        dst: &mut Vec<u8>,
+        dontwait: bool,
+    ) -> Result<Read, RecvError> {
+        let len = socket::recv_whole(self.fd(), scratch, dontwait)?;
+        if len == 0 {
             return Err(RecvError::Disconnected);
         }
-        if packet.control_truncated {
-            return Err(WireError::ControlTruncated.into());
+        if len > scratch.len() {
+            return Err(WireError::Truncated.into());
+        }
+        // SAFETY: `recv` initialised the first `len` bytes of `scratch`.
+        let packet = unsafe { socket::assume_init(&scratch[..len]) };
+        match PacketKind::of(packet)? {
+            PacketKind::Data => {}
+            // Its descriptors are lost: a descriptor packet must follow an
+            // announcement, which switches to the `recvmsg` path.
+            PacketKind::Fds => return Err(WireError::BadHeader("descriptor packet without a message").into()),
+        }
+        let (header, payload) = packet.split_first_chunk::<HEADER_LEN>().ok_or(WireError::BadHeader("short packet"))?;
+        let header = Header::decode(header)?;
+        dst.extend_from_slice(payload);
+        Ok(Read::Data(header))
+    }
+
+    /// One `recvmsg` scattering the header, then straight into `dst`'s spare
+    /// capacity, then into `overflow`.
+    fn read_scatter(
+        &self,
+        overflow: &mut [MaybeUninit<u8>],
+        dst: &mut Vec<u8>,
+        control: bool,
+        dontwait: bool,
+    ) -> Result<Read, RecvError> {
+        let mut header = [MaybeUninit::<u8>::uninit(); HEADER_LEN];
+        let spare = dst.spare_capacity_mut();
+        let in_spare = spare.len();
+        let need = overflow.len().saturating_sub(in_spare).min(overflow.len());
+        let mut iov = [RecvIoVec::new(&mut header), RecvIoVec::new(spare), RecvIoVec::new(&mut overflow[..need])];
+        let packet = socket::recv(self.fd(), &mut iov, control, dontwait)?;
+        if packet.len == 0 && !packet.truncated {
+            return Err(RecvError::Disconnected);
         }
         if packet.truncated {
             return Err(WireError::Truncated.into());
         }
-        if packet.len < HEADER_LEN {
-            return Err(WireError::BadHeader("packet shorter than a header").into());
+        let head_len = packet.len.min(HEADER_LEN);
+        // SAFETY: the header iovec came first: `recvmsg` initialised its
+        // first `head_len` bytes.
+        let head = unsafe { socket::assume_init(&header[..head_len]) };
+        match PacketKind::of(head)? {
+            PacketKind::Fds => {
+                let fd_packet = FdPacket::decode(&head[..packet.len.min(FD_PACKET_LEN)])?;
+                return Ok(Read::Fds(fd_packet, packet.fds, packet.control_truncated));
+            }
+            // Descriptors attached to a data packet are closed unread.
+            PacketKind::Data => drop(packet.fds),
         }
-        // SAFETY: `packet.len >= HEADER_LEN`, and the header iovec came
-        // first, so the kernel initialised all of it.
-        let bytes: [u8; HEADER_LEN] = unsafe { std::mem::transmute_copy(header) };
-        Ok(Header::decode(&bytes, packet.fds.len())?)
+        let header = Header::decode(head.try_into().map_err(|_| WireError::BadHeader("short packet"))?)?;
+        let inline = packet.len - HEADER_LEN;
+        let in_dst = inline.min(in_spare);
+        // SAFETY: `recvmsg` wrote `inline` payload bytes after the header,
+        // the first `in_dst` of them into `dst`'s spare capacity.
+        unsafe { dst.set_len(in_dst) };
+        if inline > in_dst {
+            // SAFETY: the kernel wrote the rest of the packet, `inline -
+            // in_dst` bytes, at the start of `overflow`.
+            dst.extend_from_slice(unsafe { socket::assume_init(&overflow[..inline - in_dst]) });
+        }
+        Ok(Read::Data(header))
+    }
+}
+
+impl RecvState {
+    /// Gives the descriptors of `packet` to the waiting message it names.
+    fn attach(&mut self, packet: FdPacket, fds: Vec<OwnedFd>, truncated: bool) -> Result<(), RecvError> {
+        let Some(i) = self.stash.iter().position(|m| m.fds.is_none() && m.header.tag == packet.tag) else {
+            if let Some(i) = self.refused.iter().position(|&t| t == packet.tag) {
+                self.refused.remove(i);
+                return Ok(()); // dropping `fds` closes them
+            }
+            return Err(if truncated {
+                WireError::ControlTruncated
+            } else {
+                WireError::BadHeader("descriptor packet for no message")
+            }
+            .into());
+        };
+        let announced = self.stash[i].header.nfds;
+        if truncated {
+            self.stash.remove(i);
+            return Err(WireError::ControlTruncated.into());
+        }
+        if packet.count != announced || fds.len() != announced {
+            self.stash.remove(i);
+            return Err(WireError::UnexpectedFds { announced, received: fds.len() }.into());
+        }
+        self.stash[i].fds = Some(fds);
+        Ok(())
+    }
+
+    /// Remembers a refused message so that its descriptors are dropped.
+    fn refuse(&mut self, header: Header) {
+        if header.nfds > 0 {
+            if self.refused.len() == MAX_REFUSED {
+                self.refused.pop_front();
+            }
+            self.refused.push_back(header.tag);
+        }
+    }
+
+    /// Gives up the oldest message still waiting for its descriptors.
+    fn give_up_oldest(&mut self) -> WireError {
+        if let Some(i) = self.stash.iter().position(|m| m.fds.is_none()) {
+            if let Some(m) = self.stash.remove(i) {
+                self.refuse(m.header);
+            }
+        }
+        WireError::BadHeader("announced descriptors never arrived")
     }
 }
 
@@ -443,7 +645,7 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
     while dst.len() < total {
         let want = total - dst.len();
         let spare = &mut dst.spare_capacity_mut()[..want];
-        let packet = match socket::recv(carrier.as_fd(), &mut [RecvIoVec::new(spare)], false) {
+        let packet = match socket::recv(carrier.as_fd(), &mut [RecvIoVec::new(spare)], false, false) {
             Ok(packet) => packet,
             Err(Errno::AGAIN) => return Err(WireError::FragmentTimeout.into()),
             Err(e) => return Err(e.into()),

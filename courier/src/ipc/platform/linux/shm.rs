@@ -202,6 +202,12 @@ pub(crate) struct MapCache {
     entries: Vec<(u64, u64, Mapping)>,
 }
 
+impl std::fmt::Debug for MapCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapCache").field("mapped", &self.entries.len()).finish()
+    }
+}
+
 impl MapCache {
     /// Validates the region `fd` and appends its `total` payload bytes to
     /// `dst`, then marks the region free for its sender.

@@ -142,20 +142,60 @@ struct ControlBuf([MaybeUninit<u8>; CONTROL_LEN]);
 /// followed by the descriptors, padded to 8 bytes.
 const CONTROL_LEN: usize = size_of::<libc::cmsghdr>() + (MAX_FDS * size_of::<RawFd>()).next_multiple_of(8);
 
-/// `recvmsg(fd, iov, MSG_CMSG_CLOEXEC | flags)`, retried on `EINTR`.
+/// `recv(fd, buf, MSG_TRUNC | flags)`, retried on `EINTR`: the length of
+/// the whole packet, which exceeds `buf.len()` if the packet did not fit
+/// (the rest is lost). Descriptors attached to the packet are closed by the
+/// kernel.
+pub(crate) fn recv_whole(fd: BorrowedFd<'_>, buf: &mut [MaybeUninit<u8>], dontwait: bool) -> Result<usize, Errno> {
+    let flags = libc::MSG_TRUNC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // SAFETY: `buf` is memory we lend the kernel exclusively for the
+        // call, `buf.len()` bytes long; it only ever writes into it.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+}
+
+/// The bytes of `buf`, which the caller knows to be initialised.
+///
+/// # Safety
+/// The caller must ensure that every byte of `buf` was written (by the
+/// kernel, in this module's uses).
+pub(crate) unsafe fn assume_init(buf: &[MaybeUninit<u8>]) -> &[u8] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller
+    // guarantees every byte is initialised.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), buf.len()) }
+}
+
+/// `recvmsg(fd, iov, MSG_CMSG_CLOEXEC | flags)`, retried on `EINTR`, with a
+/// control buffer for `MAX_FDS` descriptors when `control` is set (without
+/// one, descriptors attached to the packet are closed by the kernel).
 ///
 /// Every received descriptor becomes an [`OwnedFd`] before this returns, so
 /// no later validation step can leak one.
-pub(crate) fn recv(fd: BorrowedFd<'_>, iov: &mut [RecvIoVec<'_>], dontwait: bool) -> Result<Packet, Errno> {
-    let mut control = ControlBuf([MaybeUninit::uninit(); CONTROL_LEN]);
+pub(crate) fn recv(
+    fd: BorrowedFd<'_>,
+    iov: &mut [RecvIoVec<'_>],
+    control: bool,
+    dontwait: bool,
+) -> Result<Packet, Errno> {
+    let mut control_buf = ControlBuf([MaybeUninit::uninit(); CONTROL_LEN]);
     let flags = libc::MSG_CMSG_CLOEXEC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
     loop {
         // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
         msg.msg_iovlen = iov.len();
-        msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = CONTROL_LEN;
+        if control {
+            msg.msg_control = control_buf.0.as_mut_ptr().cast();
+            msg.msg_controllen = CONTROL_LEN;
+        }
         // SAFETY: `RecvIoVec` is a transparent `iovec` whose pointer and
         // length come from a `&mut [MaybeUninit<u8>]` borrowed for the
         // iovec's lifetime, so the kernel writes only into memory we lend it
@@ -167,7 +207,7 @@ pub(crate) fn recv(fd: BorrowedFd<'_>, iov: &mut [RecvIoVec<'_>], dontwait: bool
                 e => return Err(e),
             }
         }
-        let fds = take_fds(&msg);
+        let fds = if control { take_fds(&msg) } else { Vec::new() };
         return Ok(Packet {
             len: n as usize,
             fds,
