@@ -203,10 +203,16 @@ impl OsSender {
 
     /// Sends the descriptor packet of the message tagged `tag`: `channels`,
     /// then `carrier`. Nothing to send without descriptors.
+    #[inline]
     fn send_fds(&self, channels: &[BorrowedFd<'_>], carrier: Option<BorrowedFd<'_>>, tag: u64) -> Result<(), Errno> {
         if channels.is_empty() && carrier.is_none() {
             return Ok(());
         }
+        self.send_fd_packet(channels, carrier, tag)
+    }
+
+    #[cold]
+    fn send_fd_packet(&self, channels: &[BorrowedFd<'_>], carrier: Option<BorrowedFd<'_>>, tag: u64) -> Result<(), Errno> {
         let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
         fds.extend_from_slice(channels);
         fds.extend(carrier);
