@@ -94,7 +94,7 @@ impl<'a> IoIterMut<'a> {
 
     /// Copies `min(src.len(), remaining)` bytes of `src` into the iterator's
     /// buffers; returns the count. (Linux `copy_to_iter`.)
-    #[inline]
+    #[inline(always)]
     pub fn copy_to_iter(&mut self, src: &[u8]) -> usize {
         dispatch!(self, k => k.copy_to_iter(src))
     }

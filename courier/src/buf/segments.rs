@@ -184,6 +184,23 @@ impl<'a, T: Segment> Segments<'a, T> {
     /// `dst` and consumes them; returns the count.
     #[inline]
     pub fn copy_from_iter(&mut self, dst: &mut [u8]) -> usize {
+        // Fast path, inlined: the copy ends inside the current segment.
+        if let Some(s) = self.segs.get(self.seg) {
+            let rest = &s.bytes()[self.off..];
+            if dst.len() < rest.len() {
+                dst.copy_from_slice(&rest[..dst.len()]);
+                self.off += dst.len();
+                self.remaining -= dst.len();
+                return dst.len();
+            }
+        }
+        self.copy_from_iter_walk(dst)
+    }
+
+    /// The general case of `copy_from_iter`, out of line so that the fast
+    /// path stays small enough to inline into every caller.
+    #[inline(never)]
+    fn copy_from_iter_walk(&mut self, dst: &mut [u8]) -> usize {
         let n = dst.len().min(self.remaining);
         self.walk(n, |piece, done| {
             dst[done..done + piece.len()].copy_from_slice(piece);
@@ -313,6 +330,23 @@ impl<'a, T: SegmentMut> SegmentsMut<'a, T> {
     /// returns the count.
     #[inline]
     pub fn copy_to_iter(&mut self, src: &[u8]) -> usize {
+        // Fast path, inlined: the copy ends inside the current segment.
+        if let Some(s) = self.segs.get_mut(self.seg) {
+            let room = &mut s.uninit_mut()[self.off..];
+            if src.len() < room.len() {
+                room[..src.len()].copy_from_slice(raw::as_uninit(src));
+                self.off += src.len();
+                self.remaining -= src.len();
+                return src.len();
+            }
+        }
+        self.copy_to_iter_walk(src)
+    }
+
+    /// The general case of `copy_to_iter`, out of line so that the fast path
+    /// stays small enough to inline into every caller.
+    #[inline(never)]
+    fn copy_to_iter_walk(&mut self, src: &[u8]) -> usize {
         let n = src.len().min(self.remaining);
         self.walk(n, |piece, done| {
             piece.copy_from_slice(raw::as_uninit(&src[done..done + piece.len()]));

@@ -168,9 +168,9 @@ impl<'a> UbufMut<'a> {
     /// returns the count.
     #[inline]
     pub fn copy_to_iter(&mut self, src: &[u8]) -> usize {
-        let n = src.len().min(self.remaining());
-        let start = self.filled;
-        self.buf[start..start + n].copy_from_slice(raw::as_uninit(&src[..n]));
+        let room = &mut self.buf[self.filled..];
+        let n = src.len().min(room.len());
+        room[..n].copy_from_slice(raw::as_uninit(&src[..n]));
         self.filled += n;
         n
     }
