@@ -55,10 +55,16 @@ impl<'a> Ubuf<'a> {
     /// and consumes them; returns the count.
     #[inline]
     pub fn copy_from_iter(&mut self, dst: &mut [u8]) -> usize {
-        let n = dst.len().min(self.rest.len());
-        let (head, tail) = self.rest.split_at(n);
-        dst[..n].copy_from_slice(head);
-        self.rest = tail;
+        // The common case fills all of `dst` (see `UbufMut::copy_to_iter`).
+        let n = if dst.len() <= self.rest.len() {
+            dst.copy_from_slice(&self.rest[..dst.len()]);
+            dst.len()
+        } else {
+            let n = self.rest.len();
+            dst[..n].copy_from_slice(self.rest);
+            n
+        };
+        self.rest = &self.rest[n..];
         n
     }
 
@@ -169,8 +175,16 @@ impl<'a> UbufMut<'a> {
     #[inline]
     pub fn copy_to_iter(&mut self, src: &[u8]) -> usize {
         let room = &mut self.buf[self.filled..];
-        let n = src.len().min(room.len());
-        room[..n].copy_from_slice(raw::as_uninit(&src[..n]));
+        // The common case copies all of `src`: a length the caller often
+        // knows at compile time, which turns a small copy into a few moves.
+        let n = if src.len() <= room.len() {
+            room[..src.len()].copy_from_slice(raw::as_uninit(src));
+            src.len()
+        } else {
+            let n = room.len();
+            room.copy_from_slice(raw::as_uninit(&src[..n]));
+            n
+        };
         self.filled += n;
         n
     }
