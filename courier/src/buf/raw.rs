@@ -39,6 +39,27 @@ use super::{IoIterMut, Mapping, MappingMut, SegmentMut, SegmentsMut, Ubuf, UbufM
 ///
 /// The layout equals `libc::iovec` (asserted at compile time), so an array of
 /// them is an iovec array: pass [`RawIoVec::as_iovecs`] as `msg_iov`.
+///
+/// While entries are alive, the destination that lent them cannot be used:
+///
+/// ```compile_fail
+/// use courier::buf::{RawIoVec, UbufMut};
+/// use std::mem::MaybeUninit;
+///
+/// let mut mem = [MaybeUninit::uninit(); 8];
+/// let mut room = UbufMut::new(&mut mem);
+/// let mut iov = [RawIoVec::EMPTY; 1];
+/// room.io_vecs(&mut iov);
+/// room.copy_to_iter(b"racing the kernel"); // error: `room` is still lent
+/// drop(iov);
+/// ```
+///
+/// and they cannot leave the thread (a discard's point at a per-thread sink):
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// send(courier::buf::RawIoVec::EMPTY);
+/// ```
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RawIoVec<'a> {
