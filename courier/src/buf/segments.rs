@@ -314,9 +314,10 @@ impl<'a, T: SegmentMut> SegmentsMut<'a, T> {
         self.len - self.remaining
     }
 
-    /// How many bytes at the front of segment `index` have been written:
-    /// all of it for segments before the cursor, a prefix for the current
-    /// one, none after. `set_len` a chunk to this.
+    /// How many bytes at the front of segment `index` have been written (and
+    /// so are initialised): all of it for segments before the cursor, a
+    /// prefix for the current one, none after. Read them with
+    /// [`filled_segment`](Self::filled_segment).
     pub fn filled_in(&self, index: usize) -> usize {
         use std::cmp::Ordering;
         match index.cmp(&self.seg) {
