@@ -81,6 +81,7 @@
 
 pub mod floor;
 pub mod ipc;
+pub mod iter;
 pub mod send;
 pub mod serde;
 
@@ -120,6 +121,12 @@ pub static SUITES: &[Suite] = &[
         about: "The physical limits: memcpy bandwidth, socket / eventfd / futex / shared-memory round trips",
         args: no_args,
         run: floor::run,
+    },
+    Suite {
+        name: "iter",
+        about: "Seed 004: kind dispatch of copy_to_iter (enum vs dyn vs fn-pointer table), and copy_to_iter against memcpy",
+        args: no_args,
+        run: iter::run,
     },
     Suite {
         name: "send",

@@ -212,7 +212,12 @@ impl OsSender {
     }
 
     #[cold]
-    fn send_fd_packet(&self, channels: &[BorrowedFd<'_>], carrier: Option<BorrowedFd<'_>>, tag: u64) -> Result<(), Errno> {
+    fn send_fd_packet(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        tag: u64,
+    ) -> Result<(), Errno> {
         let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
         fds.extend_from_slice(channels);
         fds.extend(carrier);
