@@ -46,7 +46,7 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use self::shm::{MapCache, POOL};
-use self::socket::RecvIoVec;
+use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
 use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
@@ -246,17 +246,17 @@ impl OsSender {
         let tag = next_tag();
         let header = Header::new(Body::Fragmented, total, channels.len(), tag).encode();
 
-        let mut cursor = Gather::new(parts);
+        let mut rest = IoIter::slices(parts);
         let mut packet = packet & !7;
         let mut iov = Vec::new();
         // First packet: header + first part, on the channel itself.
         loop {
             iov.clear();
             iov.push(IoSlice::new(&header));
-            let len = cursor.take((packet - HEADER_LEN) & !7, &mut iov);
+            let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
             match socket::send(self.fd(), &iov, &[]) {
                 Ok(_) => {
-                    cursor.advance(len);
+                    rest.advance(len);
                     break;
                 }
                 Err(Errno::NOBUFS) if packet / 2 >= MIN_PACKET => packet /= 2,
@@ -266,11 +266,11 @@ impl OsSender {
         self.send_fds(channels, Some(carrier_rx.as_fd()), tag)?;
         drop(carrier_rx); // the receiver holds its own copy now
                           // The rest: on the dedicated socket, blocking until the receiver reads.
-        while cursor.remaining() > 0 {
+        while rest.remaining() > 0 {
             iov.clear();
-            let len = cursor.take(packet & !7, &mut iov);
+            let len = next_bytes(&rest, packet & !7, &mut iov);
             match socket::send(carrier_tx.as_fd(), &iov, &[]) {
-                Ok(_) => cursor.advance(len),
+                Ok(_) => rest.advance(len),
                 Err(Errno::NOBUFS) if packet / 2 >= MIN_PACKET => packet /= 2,
                 Err(e) => return Err(e.into()),
             }
@@ -279,61 +279,23 @@ impl OsSender {
     }
 }
 
-/// A cursor over gathered slices that hands out the next `n` bytes as
-/// iovec entries without copying.
-struct Gather<'a> {
-    parts: &'a [IoSlice<'a>],
-    /// Index of the current part and offset into it.
-    at: (usize, usize),
-    remaining: usize,
-}
-
-impl<'a> Gather<'a> {
-    fn new(parts: &'a [IoSlice<'a>]) -> Self {
-        Gather { parts, at: (0, 0), remaining: parts.iter().map(|p| p.len()).sum() }
-    }
-
-    fn remaining(&self) -> usize {
-        self.remaining
-    }
-
-    /// Appends entries for up to `max` bytes to `out`; returns their length.
-    fn take(&self, max: usize, out: &mut Vec<IoSlice<'a>>) -> usize {
-        let (mut i, mut off) = self.at;
-        let mut len = 0;
-        while len < max && i < self.parts.len() && out.len() < IOV_MAX {
-            let part: &'a [u8] = &self.parts[i];
-            let n = (part.len() - off).min(max - len);
-            if n > 0 {
-                out.push(IoSlice::new(&part[off..off + n]));
-            }
-            len += n;
-            off += n;
-            if off == part.len() {
-                i += 1;
-                off = 0;
-            }
+/// Appends iovec entries for the next `max` bytes of `src` (fewer at its
+/// end, or when `IOV_MAX` entries are reached) to `iov`, without copying or
+/// advancing `src`; returns how many bytes they cover.
+fn next_bytes<'a>(src: &IoIter<'a>, max: usize, iov: &mut Vec<IoSlice<'a>>) -> usize {
+    let mut walk = src.clone();
+    let mut len = 0;
+    while len < max && iov.len() < IOV_MAX {
+        let chunk = walk.chunk();
+        if chunk.is_empty() {
+            break;
         }
-        len
+        let n = chunk.len().min(max - len);
+        iov.push(IoSlice::new(&chunk[..n]));
+        walk.advance(n);
+        len += n;
     }
-
-    fn advance(&mut self, mut n: usize) {
-        self.remaining -= n;
-        let (mut i, mut off) = self.at;
-        while n > 0 {
-            let step = (self.parts[i].len() - off).min(n);
-            n -= step;
-            off += step;
-            if off == self.parts[i].len() {
-                i += 1;
-                off = 0;
-            }
-        }
-        while i < self.parts.len() && self.parts[i].is_empty() {
-            i += 1;
-        }
-        self.at = (i, off);
-    }
+    len
 }
 
 // ===== OsReceiver =====
@@ -558,40 +520,48 @@ impl OsReceiver {
         dontwait: bool,
     ) -> Result<Read, RecvError> {
         let mut header = [MaybeUninit::<u8>::uninit(); HEADER_LEN];
-        let spare = dst.spare_capacity_mut();
-        let in_spare = spare.len();
-        let need = overflow.len().saturating_sub(in_spare).min(overflow.len());
-        let mut iov = [RecvIoVec::new(&mut header), RecvIoVec::new(spare), RecvIoVec::new(&mut overflow[..need])];
-        let packet = socket::recv(self.fd(), &mut iov, control, dontwait)?;
+        let mut head = UbufMut::new(&mut header);
+        let mut tail = UbufMut::new(overflow);
+        let packet = fill_spare(dst, |room| {
+            let mut iov = [RawIoVec::EMPTY; 3];
+            let mut n = head.io_vecs(&mut iov);
+            n += room.io_vecs(&mut iov[n..]);
+            n += tail.io_vecs(&mut iov[n..]);
+            let packet = socket::recv(self.fd(), &mut iov[..n], control, dontwait)?;
+            // Where the kernel put the packet: header, room, tail, in order.
+            let mut left = packet.len.min(head.remaining() + room.remaining() + tail.remaining());
+            let in_head = left.min(head.remaining());
+            left -= in_head;
+            let in_room = left.min(room.remaining());
+            let in_tail = left - in_room;
+            // SAFETY: `recvmsg` wrote `packet.len` bytes into the iovec
+            // entries in order, so the first `in_head`, `in_room` and
+            // `in_tail` bytes of the three destinations are initialised.
+            unsafe {
+                head.advance(in_head);
+                room.advance(in_room);
+                tail.advance(in_tail);
+            }
+            Ok::<_, Errno>(packet)
+        })?;
         if packet.len == 0 && !packet.truncated {
             return Err(RecvError::Disconnected);
         }
         if packet.truncated {
             return Err(WireError::Truncated.into());
         }
-        let head_len = packet.len.min(HEADER_LEN);
-        // SAFETY: the header iovec came first: `recvmsg` initialised its
-        // first `head_len` bytes.
-        let head = unsafe { socket::assume_init(&header[..head_len]) };
+        let head = head.filled_bytes();
         match PacketKind::of(head)? {
             PacketKind::Fds => {
-                let fd_packet = FdPacket::decode(&head[..packet.len.min(FD_PACKET_LEN)])?;
+                let fd_packet = FdPacket::decode(head.get(..FD_PACKET_LEN).unwrap_or(head))?;
                 return Ok(Read::Fds(fd_packet, packet.fds, packet.control_truncated));
             }
             // Descriptors attached to a data packet are closed unread.
             PacketKind::Data => drop(packet.fds),
         }
         let header = Header::decode(head.try_into().map_err(|_| WireError::BadHeader("short packet"))?)?;
-        let inline = packet.len - HEADER_LEN;
-        let in_dst = inline.min(in_spare);
-        // SAFETY: `recvmsg` wrote `inline` payload bytes after the header,
-        // the first `in_dst` of them into `dst`'s spare capacity.
-        unsafe { dst.set_len(in_dst) };
-        if inline > in_dst {
-            // SAFETY: the kernel wrote the rest of the packet, `inline -
-            // in_dst` bytes, at the start of `overflow`.
-            dst.extend_from_slice(unsafe { socket::assume_init(&overflow[..inline - in_dst]) });
-        }
+        // The part of the packet the destination had no room for.
+        dst.extend_from_slice(tail.filled_bytes());
         Ok(Read::Data(header))
     }
 }
@@ -655,19 +625,24 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
     dst.reserve_exact(total - dst.len());
     while dst.len() < total {
         let want = total - dst.len();
-        let spare = &mut dst.spare_capacity_mut()[..want];
-        let packet = match socket::recv(carrier.as_fd(), &mut [RecvIoVec::new(spare)], false, false) {
+        let packet = fill_spare(dst, |room| {
+            let mut iov = [RawIoVec::EMPTY; 1];
+            let n = room.io_vecs(&mut iov);
+            let packet = socket::recv(carrier.as_fd(), &mut iov[..n], false, false)?;
+            // SAFETY: `recvmsg` wrote `packet.len` bytes at the start of the
+            // room (at most its length).
+            unsafe { room.advance(packet.len.min(room.remaining())) };
+            Ok::<_, Errno>(packet)
+        });
+        let packet = match packet {
             Ok(packet) => packet,
             Err(Errno::AGAIN) => return Err(WireError::FragmentTimeout.into()),
             Err(e) => return Err(e.into()),
         };
-        if packet.len == 0 || packet.truncated || !packet.fds.is_empty() {
-            // The stream ended early, overran the total, or carried descriptors.
+        if packet.len == 0 || packet.truncated || packet.len > want {
+            // The stream ended early, or overran the total.
             return Err(WireError::Truncated.into());
         }
-        // SAFETY: the kernel wrote `packet.len <= want` bytes into the spare
-        // capacity that starts at `dst.len()`.
-        unsafe { dst.set_len(dst.len() + packet.len) };
     }
     Ok(())
 }

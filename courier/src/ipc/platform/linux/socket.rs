@@ -15,7 +15,6 @@
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
-use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
@@ -23,6 +22,7 @@ use std::sync::OnceLock;
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
 
+use crate::buf::RawIoVec;
 use crate::ipc::wire::{HEADER_LEN, MAX_FDS};
 
 /// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)`.
@@ -106,21 +106,6 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// Largest payload [`send_small`] takes.
 pub(crate) const SMALL_MAX: usize = 1024;
 
-/// One element of a receive iovec: `struct iovec` over memory that may be
-/// uninitialised. It borrows the memory mutably for `'a`, so the kernel's
-/// writes cannot alias anything else.
-#[repr(transparent)]
-pub(crate) struct RecvIoVec<'a> {
-    raw: libc::iovec,
-    _borrow: PhantomData<&'a mut [MaybeUninit<u8>]>,
-}
-
-impl<'a> RecvIoVec<'a> {
-    pub(crate) fn new(buf: &'a mut [MaybeUninit<u8>]) -> Self {
-        RecvIoVec { raw: libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }, _borrow: PhantomData }
-    }
-}
-
 /// What one `recvmsg` delivered.
 pub(crate) struct Packet {
     /// Bytes written into the iovec, in order.
@@ -181,7 +166,7 @@ pub(crate) unsafe fn assume_init(buf: &[MaybeUninit<u8>]) -> &[u8] {
 /// no later validation step can leak one.
 pub(crate) fn recv(
     fd: BorrowedFd<'_>,
-    iov: &mut [RecvIoVec<'_>],
+    iov: &mut [RawIoVec<'_>],
     control: bool,
     dontwait: bool,
 ) -> Result<Packet, Errno> {
@@ -190,16 +175,16 @@ pub(crate) fn recv(
     loop {
         // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
+        msg.msg_iov = RawIoVec::as_iovecs(iov);
         msg.msg_iovlen = iov.len();
         if control {
             msg.msg_control = control_buf.0.as_mut_ptr().cast();
             msg.msg_controllen = CONTROL_LEN;
         }
-        // SAFETY: `RecvIoVec` is a transparent `iovec` whose pointer and
-        // length come from a `&mut [MaybeUninit<u8>]` borrowed for the
-        // iovec's lifetime, so the kernel writes only into memory we lend it
-        // exclusively; `msg_control` points to `CONTROL_LEN` writable bytes.
+        // SAFETY: `RawIoVec` is laid out as `iovec` and each entry covers
+        // memory lent to it exclusively (by `io_vecs`) for its lifetime, so
+        // the kernel writes only into memory we lend it; `msg_control`, when
+        // set, points to `CONTROL_LEN` writable bytes.
         let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
         if n < 0 {
             match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
