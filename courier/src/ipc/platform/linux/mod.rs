@@ -506,7 +506,8 @@ impl OsReceiver {
         }
         let (header, payload) = packet.split_first_chunk::<HEADER_LEN>().ok_or(WireError::BadHeader("short packet"))?;
         let header = Header::decode(header)?;
-        dst.extend_from_slice(payload);
+        dst.reserve(payload.len());
+        fill_spare(dst, |room| room.copy_to_iter(payload));
         Ok(Read::Data(header))
     }
 
