@@ -1,17 +1,24 @@
 //! The Linux transport: `SOCK_SEQPACKET` socketpairs plus sealed memfd regions.
 //!
+//! The wire format (header, descriptor packets) is in [`crate::ipc::wire`].
+//!
 //! # Sending (seed 000, and beyond)
-//! * A message that fits one packet (header + payload ≤ [`socket::max_packet`],
-//!   and below the shared-memory threshold) is **one `sendmsg`** whose iovec
-//!   gathers the header and the caller's slices: no staging copy, and no
-//!   control message unless descriptors travel.
+//! * A message that fits one packet (header + payload ≤ [`socket::max_packet`])
+//!   is **one `sendmsg`** whose iovec gathers the header and the caller's
+//!   slices: no staging copy. Below [`SMALL`] bytes the header and payload
+//!   are instead copied into one stack buffer and sent with `send(2)`: the
+//!   kernel's iovec path costs more than copying that much.
+//! * Descriptors never ride on a data packet: they follow it in a tagged
+//!   descriptor packet (`sendmsg` with `SCM_RIGHTS`), so no control message
+//!   is built for the messages that carry none, and the receiver's data path
+//!   needs no control buffer.
 //! * A message too large for one packet is, by default
 //!   ([`LargeMessages::SharedMemory`]), copied once into a pooled, sealed
 //!   memfd region and the region's descriptor is sent ([`shm`]).
 //! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
 //!   failed first try: the first packet carries the header (announcing the
 //!   total) and the first part; the rest follows over a socketpair created
-//!   for this message alone, whose receiving end travels with the first
+//!   for this message alone, whose receiving end travels in the descriptor
 //!   packet. Fragments of concurrent senders therefore never interleave
 //!   (ipc-channel's earlier design re-queued fragments on the shared socket
 //!   and deadlocked, servo/ipc-channel#34). Fragment payloads are multiples
@@ -19,13 +26,23 @@
 //!   large) halves the packet size and retries, down to 2 KiB.
 //!
 //! # Receiving
-//! One `recvmsg` scatters the packet into the header, then **straight into
-//! the destination buffer's spare capacity**, then into a per-thread overflow
-//! area that is only touched if the message is larger than the destination
-//! expected. Nothing is zero-filled, and a small message never allocates a
-//! buffer the size of the socket buffer. The header's total is checked
-//! against the receiver's limit before anything is allocated; the rest of a
-//! fragmented message is received directly into the final buffer.
+//! Each receiver predicts the next message's size from the last one.
+//! * Expected small (≤ [`SCATTER_MIN`]): one plain `recv(2)` of the whole
+//!   packet into the thread's scratch area, then the payload is copied into
+//!   the destination. Plain `recv` is the cheapest read the kernel offers
+//!   (`recvmsg` with an iovec and a control buffer costs ~16% more for 64
+//!   bytes), and copying a few hundred bytes costs less than the difference.
+//! * Expected larger: one `recvmsg` scatters the packet into the header,
+//!   then **straight into the destination's spare capacity**, then into the
+//!   scratch area, touched only if the message outgrew the prediction.
+//! * After a header that announces descriptors, packets are read with a
+//!   control buffer until the announced descriptor packet arrives; messages
+//!   that arrive meanwhile wait in order behind the one that is incomplete.
+//!
+//! Nothing is zero-filled, and a small message never allocates a buffer the
+//! size of the socket buffer. The header's total is checked against the
+//! receiver's limit before anything is allocated; the rest of a fragmented
+//! message is received directly into the final buffer.
 #![allow(unsafe_code)]
 
 pub(crate) mod shm;
