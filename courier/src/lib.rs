@@ -1,11 +1,48 @@
 //! courier: message passing for Rust programs split across fibers, threads and processes.
 //!
-//! | reach | module | blocks |
-//! | --- | --- | --- |
-//! | process to process | [`ipc`] | the thread |
-//! | thread to thread | [`chan`] | the thread (or a fiber) |
+//! One channel model, three reaches:
+//!
+//! | reach | module | carried by | blocks |
+//! | --- | --- | --- | --- |
+//! | process to process | [`ipc`] | `SOCK_SEQPACKET` sockets, sealed memfd regions | the thread |
+//! | thread to thread | [`chan`] | a lock-free queue per channel | the thread (or a fiber) |
+//! | fiber to fiber on one thread | `chan::local` | a queue with no atomics | the fiber |
 //!
 //! [`buf`] is the scatter-gather iterator every transfer goes through.
+//!
+//! # Between processes
+//!
+//! [`ipc`] keeps the names and signatures of the `ipc-channel` crate's core
+//! API. A parent hands a child the name of a one-shot server; the child
+//! connects and sends the first message, which usually carries more channels:
+//!
+//! ```
+//! use courier::ipc::{self, IpcOneShotServer, IpcReceiver, IpcSender};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! enum Request {
+//!     Thumbnail { id: u32, #[serde(with = "serde_bytes")] png: Vec<u8> },
+//!     Quit,
+//! }
+//!
+//! // Parent: a rendezvous whose name goes to the child (argv, env...).
+//! let (server, name) = IpcOneShotServer::<IpcSender<Request>>::new()?;
+//!
+//! // Child (here: the same process): its request channel, sent to the parent.
+//! let (requests, incoming): (IpcSender<Request>, IpcReceiver<Request>) = ipc::channel()?;
+//! IpcSender::<IpcSender<Request>>::connect(name)?.send(requests)?;
+//!
+//! // Parent: the child's sender arrives as the first message.
+//! let (_bootstrap, to_child) = server.accept()?;
+//! to_child.send(Request::Thumbnail { id: 7, png: vec![0x89, b'P', b'N', b'G'] })?;
+//! to_child.send(Request::Quit)?;
+//!
+//! // Child: requests arrive in order; a dead parent would give `Disconnected`.
+//! assert!(matches!(incoming.recv()?, Request::Thumbnail { id: 7, .. }));
+//! assert!(matches!(incoming.recv()?, Request::Quit));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
