@@ -38,8 +38,6 @@ fn fd_check() -> FdCheck {
 
 impl Drop for FdCheck {
     fn drop(&mut self) {
-        // Regions kept for reuse are not leaks; let them go before counting.
-        ipc::trim_region_pool();
         if !std::thread::panicking() {
             assert_eq!(open_fds(), self.before, "descriptor leak");
         }
@@ -534,34 +532,93 @@ fn oversized_packets_and_descriptor_floods() {
 }
 
 #[test]
-fn messages_wait_for_their_descriptors_in_order() {
+fn complete_messages_never_wait_behind_incomplete_ones() {
     let _check = fd_check();
-    // Two senders' packets interleave: A's data, B's data, B's descriptors,
-    // A's descriptors. The receiver hands out A, then B, each with its own.
+    // Sender A's data packet announces a descriptor; before A's descriptor
+    // packet, sender B's plain message arrives. B is delivered at once, A
+    // when its descriptor comes.
     let (raw, rx) = {
         let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-        (a, IpcReceiver::<(u8, IpcBytesSender)>::from(b))
+        (a, IpcReceiver::<(u8, Option<IpcBytesSender>)>::from(b))
     };
     let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
-    let (tx_b, rx_b) = ipc::bytes_channel().unwrap();
-    let mut a = header(0, 1, 2, 0, 100);
-    a.extend_from_slice(&[1, 0]); // (1u8, channel index 0)
-    let mut b = header(0, 1, 2, 0, 200);
-    b.extend_from_slice(&[2, 0]);
+    let mut a = header(0, 1, 3, 0, 100);
+    a.extend_from_slice(&[1, 1, 0]); // (1u8, Some(channel index 0))
+    let mut b = header(0, 0, 2, 0, 0);
+    b.extend_from_slice(&[2, 0]); // (2u8, None)
     raw_send(&raw, &a, &[]);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A has no descriptor yet");
     raw_send(&raw, &b, &[]);
-    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A has no descriptors yet");
-    raw_send(&raw, &fd_packet(1, 200), &[tx_b.as_fd()]);
-    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A still waits, and B is behind it");
+    assert!(matches!(rx.recv().unwrap(), (2, None)), "B does not wait for A");
     raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
     let (n, sender) = rx.recv().unwrap();
     assert_eq!(n, 1);
-    sender.send(b"to a").unwrap();
+    sender.unwrap().send(b"to a").unwrap();
     assert_eq!(rx_a.recv().unwrap(), b"to a");
-    let (n, sender) = rx.recv().unwrap();
-    assert_eq!(n, 2);
-    sender.send(b"to b").unwrap();
-    assert_eq!(rx_b.recv().unwrap(), b"to b");
+}
+
+#[test]
+fn announced_descriptors_that_never_come_are_bounded() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    // 65 messages announce descriptors and never send them: the oldest is
+    // given up, so a peer cannot make the receiver hold more.
+    for tag in 0..65u64 {
+        raw_send(&raw, &header(0, 1, 0, 0, 1000 + tag), &[]);
+    }
+    let mut inline_ok = header(0, 0, 3, 0, 0);
+    inline_ok.extend_from_slice(b"abc");
+    raw_send(&raw, &inline_ok, &[]);
+    assert_eq!(expect_wire_error(rx.recv(), "too many waiting"), Some(WireError::DescriptorsMissing));
+    assert_eq!(rx.recv().unwrap(), b"abc");
+    // The given-up message's descriptors, if they come late, are dropped quietly.
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+    raw_send(&raw, &fd_packet(1, 1000), &[pipe_r.as_fd()]);
+    raw_send(&raw, &inline_ok, &[]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
+    drop(pipe_r);
+}
+
+#[test]
+fn empty_packets_are_not_the_end_of_the_stream() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    raw_send(&raw, &[], &[]);
+    assert_eq!(expect_wire_error(rx.recv(), "empty"), Some(WireError::BadHeader("empty packet")));
+    let mut inline_ok = header(0, 0, 3, 0, 0);
+    inline_ok.extend_from_slice(b"abc");
+    raw_send(&raw, &inline_ok, &[]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
+    drop(raw);
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+}
+
+#[test]
+fn a_refused_large_message_leaves_no_trace() {
+    let _check = fd_check();
+    // Above one packet the payload travels in a region whose descriptor
+    // follows the header; refusing the header must drop that packet quietly.
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    rx.set_max_message_size(1000);
+    tx.send(&pattern(1 << 20, 1)).unwrap();
+    tx.send(b"small").unwrap();
+    assert!(matches!(expect_wire_error(rx.recv(), "refused"), Some(WireError::TooLarge { .. })));
+    assert_eq!(rx.recv().unwrap(), b"small");
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+}
+
+#[test]
+fn a_fragmented_message_may_fit_its_first_packet() {
+    let _check = fd_check();
+    // What a sender produces when `ENOBUFS` made it fragment a small message.
+    let (raw, rx) = raw_pair();
+    let (carrier, _peer) =
+        net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let mut first = header(1, 1, 3, 3, 77);
+    first.extend_from_slice(b"abc");
+    raw_send(&raw, &first, &[]);
+    raw_send(&raw, &fd_packet(1, 77), &[carrier.as_fd()]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
 }
 
 #[test]

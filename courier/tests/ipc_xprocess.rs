@@ -144,7 +144,6 @@ fn fd_check() -> FdCheck {
 
 impl Drop for FdCheck {
     fn drop(&mut self) {
-        ipc::trim_region_pool();
         if !std::thread::panicking() {
             assert_eq!(open_fds(), self.before, "descriptor leak");
         }

@@ -83,7 +83,6 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
             let s = measure(&sampler(size, samples), &data)?;
             ctx.record(&case, subject, "sendrecv_ns", "ns", &s.wall_ns);
         }
-        cr::trim_region_pool();
     }
     ctx.note("sendrecv: one message sent then received by one thread; typed subjects clone the Vec per send");
     ctx.note(format!(
@@ -257,7 +256,6 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
             ctx.status(format!("{} · floor", case.name()));
             let each = floor::socket_rtt(placement, size, warmup, n)?;
             ctx.record_latencies(&case, "floor", "rtt", &each);
-            cr::trim_region_pool();
         }
     }
     ctx.note(format!(

@@ -166,6 +166,10 @@ pub enum WireError {
     /// The rest of a fragmented message did not arrive within the fragment
     /// timeout.
     FragmentTimeout,
+    /// A message announced descriptors that did not arrive in time (its
+    /// sender died between sending the message and its descriptors, or
+    /// never sent them).
+    DescriptorsMissing,
 }
 
 impl fmt::Display for WireError {
@@ -182,6 +186,7 @@ impl fmt::Display for WireError {
             }
             WireError::BadRegion => f.write_str("payload region is not sealed or too small"),
             WireError::FragmentTimeout => f.write_str("fragment stream stalled"),
+            WireError::DescriptorsMissing => f.write_str("announced descriptors never arrived"),
         }
     }
 }

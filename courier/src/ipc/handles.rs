@@ -10,11 +10,14 @@
 //! Unlike ipc-channel, an index from the wire is checked: out of range or
 //! taken twice is a [`SerDeError`], never a panic, and descriptors that no
 //! channel end claimed are closed when deserialization ends (no fd leak).
-
-#![allow(unsafe_code)]
+//!
+//! The outgoing table holds *duplicates* of the descriptors, owned until the
+//! message is sent: a `Serialize` impl may serialize a temporary channel end
+//! that is dropped before the send, and a borrowed number would then name a
+//! closed descriptor, or worse, an unrelated file opened meanwhile.
 
 use std::cell::RefCell;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
@@ -26,7 +29,7 @@ use super::err::SerDeError;
 
 thread_local! {
     /// Descriptors of the channel ends in the message being serialized.
-    static OUTGOING: RefCell<Option<Vec<RawFd>>> = const { RefCell::new(None) };
+    static OUTGOING: RefCell<Option<Vec<OwnedFd>>> = const { RefCell::new(None) };
     /// Descriptors that arrived with the message being deserialized.
     static INCOMING: RefCell<Option<Vec<Option<OwnedFd>>>> = const { RefCell::new(None) };
 }
@@ -42,19 +45,9 @@ pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
     buf.clear();
     let outer = OUTGOING.with(|o| o.borrow_mut().replace(Vec::new()));
     let serialized = postcard::serialize_with_flavor(value, VecFlavor(buf));
-    let raw = OUTGOING.with(|o| std::mem::replace(&mut *o.borrow_mut(), outer)).unwrap_or_default();
+    let owned = OUTGOING.with(|o| std::mem::replace(&mut *o.borrow_mut(), outer)).unwrap_or_default();
     serialized?;
-    let fds: Vec<BorrowedFd<'_>> = raw
-        .into_iter()
-        .map(|fd| {
-            // SAFETY: each descriptor was recorded by `serialize_fd` from a
-            // channel end reached through `value` during the serialization
-            // just above; `value` is borrowed for the whole of this function,
-            // so those channel ends, and their descriptors, stay open while
-            // these borrows live.
-            unsafe { BorrowedFd::borrow_raw(fd) }
-        })
-        .collect();
+    let fds: Vec<BorrowedFd<'_>> = owned.iter().map(|fd| fd.as_fd()).collect();
     Ok(send(buf, &fds))
 }
 
@@ -97,12 +90,15 @@ impl Flavor for VecFlavor<'_> {
 pub(crate) fn serialize_fd<S: Serializer>(fd: BorrowedFd<'_>, serializer: S) -> Result<S::Ok, S::Error> {
     let index = OUTGOING.with(|o| {
         o.borrow_mut().as_mut().map(|table| {
-            table.push(fd.as_raw_fd());
-            table.len() - 1
+            // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
+            let copy = fd.try_clone_to_owned()?;
+            table.push(copy);
+            Ok::<_, std::io::Error>(table.len() - 1)
         })
     });
     match index {
-        Some(index) => (index as u32).serialize(serializer),
+        Some(Ok(index)) => (index as u32).serialize(serializer),
+        Some(Err(e)) => Err(S::Error::custom(format!("cannot duplicate a channel descriptor: {e}"))),
         None => Err(S::Error::custom("a courier channel can only be serialized by an IPC send")),
     }
 }

@@ -87,14 +87,6 @@ pub fn bytes_channel() -> Result<(IpcBytesSender, IpcBytesReceiver), io::Error> 
     Ok((IpcBytesSender { os: tx }, IpcBytesReceiver::from_os(rx)))
 }
 
-/// Releases the shared-memory regions this process keeps for reusing large
-/// payloads (at most 4; each stays mapped until then). Call it after a burst
-/// of large messages to give their memory back; later large sends create
-/// regions again as needed.
-pub fn trim_region_pool() {
-    platform::trim_region_pool();
-}
-
 // ===== errors from the platform layer =====
 
 impl From<SendError> for IpcError {
@@ -111,7 +103,7 @@ impl From<RecvError> for TryRecvError {
         match e {
             RecvError::Empty => TryRecvError::Empty,
             RecvError::Disconnected => TryRecvError::IpcError(IpcError::Disconnected),
-            RecvError::Wire(e) => TryRecvError::IpcError(e.into()),
+            RecvError::Wire(e, _) => TryRecvError::IpcError(e.into()),
             RecvError::Io(e) => TryRecvError::IpcError(IpcError::Io(e)),
         }
     }

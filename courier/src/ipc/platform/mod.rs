@@ -23,6 +23,4 @@
 
 pub(crate) mod linux;
 
-pub(crate) use linux::{
-    channel, connect, trim_region_pool, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
-};
+pub(crate) use linux::{channel, connect, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait};

@@ -54,7 +54,6 @@ use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +61,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use self::shm::{MapCache, POOL};
+use self::shm::{MapCache, Pool};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
@@ -105,15 +104,16 @@ pub(crate) enum RecvError {
     Empty,
     /// Every sender is gone and the queue is empty.
     Disconnected,
-    /// The peer sent a malformed message; it was dropped.
-    Wire(WireError),
+    /// The peer sent a malformed message; it was dropped. For a refused
+    /// data packet, its header (to drop its descriptors when they come).
+    Wire(WireError, Option<Header>),
     /// The socket failed.
     Io(std::io::Error),
 }
 
 impl From<WireError> for RecvError {
     fn from(e: WireError) -> Self {
-        RecvError::Wire(e)
+        RecvError::Wire(e, None)
     }
 }
 
@@ -141,18 +141,40 @@ pub(crate) fn channel() -> std::io::Result<(OsSender, OsReceiver)> {
     Ok((OsSender::from_fd(tx), OsReceiver::from_fd(rx)))
 }
 
-/// Releases the regions the process keeps for reusing large payloads.
-pub(crate) fn trim_region_pool() {
-    POOL.trim();
+/// Why an inline send failed, and whether anything went out.
+enum Inline {
+    /// The data packet was too large for the kernel to allocate; nothing was sent.
+    DataNoBufs,
+    /// The data packet failed; nothing was sent.
+    Data(Errno),
+    /// The data packet went out, its descriptor packet failed.
+    Fds(Errno),
 }
 
-/// A tag no other message of this process carries at the same time: the
-/// process id above a counter, so tags of different live processes differ.
-fn next_tag() -> u64 {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    // Relaxed: uniqueness needs only the atomicity of the increment.
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    (u64::from(std::process::id()) << 32) | u64::from(n)
+/// A fresh random tag for a message with descriptors, from the kernel's
+/// generator: no state to share between threads or to duplicate on `fork`,
+/// unique across processes and pid namespaces, and unguessable by another
+/// sender on the same channel (so it cannot slip its descriptors into
+/// someone else's message). Only messages with descriptors pay for it.
+fn random_tag() -> u64 {
+    let mut bytes = [0u8; 8];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(Errno::INTR) => {}
+            // No kernel generator (pre-3.17): fall back to std's random seed.
+            Err(_) => return fallback_tag(),
+        }
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn fallback_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 // ===== OsSender =====
@@ -162,16 +184,25 @@ fn next_tag() -> u64 {
 /// so clones on different threads never interleave.
 #[derive(Clone, Debug)]
 pub(crate) struct OsSender {
-    fd: Arc<OwnedFd>,
+    inner: Arc<SenderInner>,
+}
+
+#[derive(Debug)]
+struct SenderInner {
+    fd: OwnedFd,
+    /// Regions for this destination's large payloads. A region is only ever
+    /// reused for the receiver it was sent to, so a receiver that keeps one
+    /// and marks it free early can see or spoil only its own messages.
+    pool: Pool,
 }
 
 impl OsSender {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
-        OsSender { fd: Arc::new(fd) }
+        OsSender { inner: Arc::new(SenderInner { fd, pool: Pool::default() }) }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.inner.fd.as_fd()
     }
 
     /// Sends `parts` (gathered, in order) with `channels` attached.
@@ -186,10 +217,12 @@ impl OsSender {
         let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
         if total <= inline_max && parts.len() < IOV_MAX {
             match self.send_inline(parts, total, channels) {
-                Err(Errno::NOBUFS) => {}
-                other => return other.map_err(SendError::from),
+                Err(Inline::DataNoBufs) => {}
+                Err(Inline::Data(e) | Inline::Fds(e)) => return Err(e.into()),
+                Ok(()) => return Ok(()),
             }
-            // The kernel could not allocate one packet this large: fragment.
+            // The kernel could not allocate one packet this large (and sent
+            // nothing): fragment, in smaller packets.
             return self.send_fragmented(parts, total, channels, inline_max / 2);
         }
         if Config::large_messages_now() == LargeMessages::SharedMemory {
@@ -198,24 +231,28 @@ impl OsSender {
         self.send_fragmented(parts, total, channels, socket::max_packet())
     }
 
-    fn send_inline(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), Errno> {
-        let tag = if channels.is_empty() { 0 } else { next_tag() };
+    fn send_inline(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), Inline> {
+        let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
-        if total <= SMALL {
-            socket::send_small(self.fd(), &header, parts, total)?;
+        let sent = if total <= SMALL {
+            socket::send_small(self.fd(), &header, parts, total)
         } else if parts.len() < STACK_IOV {
             // Small gathers, the common case, stay on the stack.
             let mut iov = [IoSlice::new(&[]); STACK_IOV];
             iov[0] = IoSlice::new(&header);
             iov[1..=parts.len()].copy_from_slice(parts);
-            socket::send(self.fd(), &iov[..=parts.len()], &[])?;
+            socket::send(self.fd(), &iov[..=parts.len()], &[])
         } else {
             let mut iov = Vec::with_capacity(parts.len() + 1);
             iov.push(IoSlice::new(&header));
             iov.extend_from_slice(parts);
-            socket::send(self.fd(), &iov, &[])?;
+            socket::send(self.fd(), &iov, &[])
+        };
+        match sent {
+            Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
+            Err(Errno::NOBUFS) => Err(Inline::DataNoBufs),
+            Err(e) => Err(Inline::Data(e)),
         }
-        self.send_fds(channels, None, tag)
     }
 
     /// Sends the descriptor packet of the message tagged `tag`: `channels`,
@@ -243,12 +280,13 @@ impl OsSender {
     }
 
     fn send_shm(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), SendError> {
-        let region = POOL.take_filled(parts, total)?;
-        let tag = next_tag();
+        let pool = &self.inner.pool;
+        let region = pool.take_filled(parts)?;
+        let tag = random_tag();
         let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
         let sent = socket::send(self.fd(), &[IoSlice::new(&header)], &[])
             .and_then(|_| self.send_fds(channels, Some(region.fd()), tag));
-        POOL.put(region);
+        pool.put(region);
         Ok(sent?)
     }
 
@@ -260,7 +298,7 @@ impl OsSender {
         packet: usize,
     ) -> Result<(), SendError> {
         let (carrier_tx, carrier_rx) = socket::pair()?;
-        let tag = next_tag();
+        let tag = random_tag();
         let header = Header::new(Body::Fragmented, total, channels.len(), tag).encode();
 
         let mut rest = IoIter::slices(parts);
@@ -327,14 +365,21 @@ pub(crate) struct OsReceiver {
     state: RefCell<RecvState>,
 }
 
-/// A message whose data packet arrived, kept until its descriptors do.
+/// A message whose data packet arrived and whose descriptors have not.
 #[derive(Debug)]
-struct Stashed {
+struct Waiting {
     header: Header,
     /// The payload bytes of the data packet.
     data: Vec<u8>,
-    /// The descriptors, once their packet arrived (at once if none).
-    fds: Option<Vec<OwnedFd>>,
+    since: Instant,
+}
+
+/// A message complete but not yet handed out.
+#[derive(Debug)]
+struct Ready {
+    header: Header,
+    data: Vec<u8>,
+    fds: Vec<OwnedFd>,
 }
 
 /// What a receiver keeps between calls.
@@ -342,17 +387,25 @@ struct Stashed {
 struct RecvState {
     /// Mappings of the regions large payloads arrived in.
     regions: MapCache,
-    /// Messages in arrival order whose descriptors were announced; the front
-    /// goes out first, once complete. Empty in the steady state.
-    stash: VecDeque<Stashed>,
+    /// Messages whose descriptor packet has not arrived. They never hold up
+    /// other messages: per-sender order needs no waiting, because a sender
+    /// sends a message's descriptor packet before its next data packet, so
+    /// anything that arrives meanwhile comes from another sender.
+    waiting: Vec<Waiting>,
+    /// Messages completed by a descriptor packet, in completion order.
+    ready: VecDeque<Ready>,
     /// Tags of messages refused after their data packet: their descriptor
     /// packets are dropped quietly when they come.
     refused: VecDeque<u64>,
 }
 
-/// Messages a receiver holds while it waits for an announced descriptor
-/// packet; past this, the oldest waiting message is given up.
-const MAX_STASH: usize = 64;
+/// Messages a receiver keeps waiting for their descriptors; past this, the
+/// oldest is given up (a peer announcing descriptors it never sends cannot
+/// make the receiver hold more).
+const MAX_WAITING: usize = 64;
+/// How long a message may wait for its descriptor packet (its sender died
+/// between the two sends, or never meant to send it).
+const DESCRIPTOR_WAIT: Duration = Duration::from_secs(10);
 /// Tags of refused messages remembered.
 const MAX_REFUSED: usize = 16;
 /// Messages expected to be at most this large are read with plain `recv(2)`
@@ -363,11 +416,15 @@ const SCATTER_MIN: usize = 2048;
 
 /// What one read delivered.
 enum Read {
-    /// A data packet; its payload is in the destination buffer.
+    /// A data packet (checked against the limit and its own length); its
+    /// payload is in the destination buffer.
     Data(Header),
     /// A descriptor packet, and whether the kernel dropped some of its
     /// descriptors for lack of room (`MSG_CTRUNC`).
     Fds(FdPacket, Vec<OwnedFd>, bool),
+    /// A packet to skip: the descriptor packet of a message we refused,
+    /// read without a control buffer (the kernel closed its descriptors).
+    Skip,
 }
 
 thread_local! {
@@ -398,59 +455,62 @@ impl OsReceiver {
     pub(crate) fn recv_into(&self, dst: &mut Vec<u8>, wait: Wait, limit: u64) -> Result<Vec<OwnedFd>, RecvError> {
         let mut state = self.state.borrow_mut();
         loop {
-            if state.stash.front().is_some_and(|m| m.fds.is_some()) {
-                let message = state.stash.pop_front().unwrap_or_else(|| unreachable!("front checked above"));
-                let fds = message.fds.unwrap_or_default();
-                *dst = message.data;
-                return self.finish(&mut state, message.header, dst, fds);
+            if let Some(ready) = state.ready.pop_front() {
+                *dst = ready.data;
+                return self.finish(&mut state, ready.header, dst, ready.fds);
+            }
+            if let Some(stale) = state.expire() {
+                return Err(stale.into());
             }
             let dontwait = match wait {
-                Wait::Block => false,
+                Wait::Block if state.waiting.is_empty() => false,
+                // While descriptors are awaited, wake up in time to expire them.
+                Wait::Block => {
+                    match wait_readable(self.fd(), Instant::now() + DESCRIPTOR_WAIT) {
+                        Err(RecvError::Empty) => continue,
+                        other => other?,
+                    }
+                    true
+                }
                 Wait::Poll => true,
                 Wait::Until(deadline) => {
                     wait_readable(self.fd(), deadline)?;
                     true
                 }
             };
-            let awaiting = !state.stash.is_empty();
-            let read = match self.read(dst, awaiting, dontwait) {
-                Err(RecvError::Disconnected) if awaiting => {
-                    // The stream ended before the announced descriptors: the
-                    // waiting messages fail, once; complete ones still go out.
-                    let before = state.stash.len();
-                    state.stash.retain(|m| m.fds.is_some());
-                    if state.stash.len() < before {
-                        return Err(WireError::Truncated.into());
-                    }
-                    continue;
+            let read = match self.read(&state, dst, limit, dontwait) {
+                Err(RecvError::Disconnected) if !state.waiting.is_empty() => {
+                    // The stream ended before the announced descriptors.
+                    state.waiting.clear();
+                    return Err(WireError::Truncated.into());
                 }
-                Err(RecvError::Empty) if matches!(wait, Wait::Until(_)) => continue,
+                Err(RecvError::Empty) if !matches!(wait, Wait::Poll) => continue,
+                Err(RecvError::Wire(WireError::TooLarge { claimed, limit }, Some(header))) => {
+                    state.refuse(header);
+                    return Err(WireError::TooLarge { claimed, limit }.into());
+                }
                 other => other?,
             };
             match read {
+                Read::Data(header) if header.nfds == 0 => {
+                    // The steady state: nothing announced, nothing pending.
+                    return self.finish(&mut state, header, dst, Vec::new());
+                }
                 Read::Data(header) => {
-                    self.guess.set(dst.len());
-                    if header.total > limit {
-                        state.refuse(header);
-                        return Err(WireError::TooLarge { claimed: header.total, limit }.into());
-                    }
-                    if header.nfds == 0 && state.stash.is_empty() {
-                        // The steady state: nothing announced, nothing pending.
-                        return self.finish(&mut state, header, dst, Vec::new());
-                    }
-                    let fds = (header.nfds == 0).then(Vec::new);
-                    state.stash.push_back(Stashed { header, data: std::mem::take(dst), fds });
-                    if state.stash.len() > MAX_STASH {
+                    let data = std::mem::take(dst);
+                    state.waiting.push(Waiting { header, data, since: Instant::now() });
+                    if state.waiting.len() > MAX_WAITING {
                         return Err(state.give_up_oldest().into());
                     }
                 }
                 Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
+                Read::Skip => {}
             }
         }
     }
 
-    /// Completes a message whose descriptors are all here: checks the
-    /// payload against the header and fetches the part carried elsewhere.
+    /// Completes a message whose descriptors are all here: fetches the part
+    /// of the payload carried elsewhere.
     fn finish(
         &self,
         state: &mut RecvState,
@@ -458,41 +518,41 @@ impl OsReceiver {
         dst: &mut Vec<u8>,
         mut fds: Vec<OwnedFd>,
     ) -> Result<Vec<OwnedFd>, RecvError> {
+        // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
-        let inline = dst.len();
         match header.body {
-            Body::Inline if total == inline => {}
-            Body::Inline => return Err(WireError::Truncated.into()),
-            Body::Fragmented if total > inline => {
+            Body::Inline => {}
+            Body::Fragmented => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
-                recv_fragments(&carrier, dst, total)?;
+                if dst.len() < total {
+                    recv_fragments(&carrier, dst, total)?;
+                }
             }
-            Body::Fragmented => return Err(WireError::BadHeader("fragmented message fits one packet").into()),
-            Body::SharedMemory if inline == 0 => {
+            Body::SharedMemory => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 state.regions.copy_out(&carrier, total, dst)?;
             }
-            Body::SharedMemory => return Err(WireError::BadHeader("inline bytes with a region").into()),
         }
         debug_assert!((0..fds.len()).all(|i| header.kind(i) == FdKind::Channel));
         self.guess.set(dst.len());
         Ok(fds)
     }
 
-    /// Reads one packet. A data packet's payload replaces `dst`'s contents.
-    /// With `control`, descriptors attached to the packet are taken.
-    fn read(&self, dst: &mut Vec<u8>, control: bool, dontwait: bool) -> Result<Read, RecvError> {
+    /// Reads one packet. A data packet's payload replaces `dst`'s contents;
+    /// with descriptors awaited, descriptors attached to the packet are taken.
+    fn read(&self, state: &RecvState, dst: &mut Vec<u8>, limit: u64, dontwait: bool) -> Result<Read, RecvError> {
         dst.clear();
         let room = socket::max_packet();
+        let control = !state.waiting.is_empty();
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             if scratch.capacity() < room {
                 *scratch = Vec::with_capacity(room);
             }
             if !control && self.guess.get() <= SCATTER_MIN {
-                self.read_small(scratch.spare_capacity_mut(), dst, dontwait)
+                self.read_small(state, scratch.spare_capacity_mut(), dst, limit, dontwait)
             } else {
-                self.read_scatter(&mut scratch.spare_capacity_mut()[HEADER_LEN..], dst, control, dontwait)
+                self.read_scatter(&mut scratch.spare_capacity_mut()[HEADER_LEN..], dst, limit, control, dontwait)
             }
         })
     }
@@ -502,27 +562,33 @@ impl OsReceiver {
     /// kernel (a data packet never legitimately has any).
     fn read_small(
         &self,
+        state: &RecvState,
         scratch: &mut [MaybeUninit<u8>],
         dst: &mut Vec<u8>,
+        limit: u64,
         dontwait: bool,
     ) -> Result<Read, RecvError> {
         let len = socket::recv_whole(self.fd(), scratch, dontwait)?;
         if len == 0 {
-            return Err(RecvError::Disconnected);
+            return Err(self.empty_packet());
         }
         if len > scratch.len() {
             return Err(WireError::Truncated.into());
         }
         // SAFETY: `recv` initialised the first `len` bytes of `scratch`.
         let packet = unsafe { socket::assume_init(&scratch[..len]) };
-        match PacketKind::of(packet)? {
-            PacketKind::Data => {}
-            // Its descriptors are lost: a descriptor packet must follow an
-            // announcement, which switches to the `recvmsg` path.
-            PacketKind::Fds => return Err(WireError::BadHeader("descriptor packet without a message").into()),
+        if PacketKind::of(packet)? == PacketKind::Fds {
+            // Its descriptors are lost (closed by the kernel): fine for a
+            // refused message's, an error otherwise, since a descriptor
+            // packet must follow an announcement, which switches to `recvmsg`.
+            let fds = FdPacket::decode(packet)?;
+            return match state.refused.contains(&fds.tag) {
+                true => Ok(Read::Skip),
+                false => Err(WireError::BadHeader("descriptor packet without a message").into()),
+            };
         }
         let (header, payload) = packet.split_first_chunk::<HEADER_LEN>().ok_or(WireError::BadHeader("short packet"))?;
-        let header = Header::decode(header)?;
+        let header = check(Header::decode(header)?, payload.len(), limit)?;
         dst.reserve(payload.len());
         fill_spare(dst, |room| room.copy_to_iter(payload));
         Ok(Read::Data(header))
@@ -534,6 +600,7 @@ impl OsReceiver {
         &self,
         overflow: &mut [MaybeUninit<u8>],
         dst: &mut Vec<u8>,
+        limit: u64,
         control: bool,
         dontwait: bool,
     ) -> Result<Read, RecvError> {
@@ -563,7 +630,7 @@ impl OsReceiver {
             Ok::<_, Errno>(packet)
         })?;
         if packet.len == 0 && !packet.truncated {
-            return Err(RecvError::Disconnected);
+            return Err(self.empty_packet());
         }
         if packet.truncated {
             return Err(WireError::Truncated.into());
@@ -578,37 +645,68 @@ impl OsReceiver {
             PacketKind::Data => drop(packet.fds),
         }
         let header = Header::decode(head.try_into().map_err(|_| WireError::BadHeader("short packet"))?)?;
+        let header = check(header, packet.len - HEADER_LEN, limit)?;
         // The part of the packet the destination had no room for.
         dst.extend_from_slice(tail.filled_bytes());
         Ok(Read::Data(header))
+    }
+
+    /// A read of zero bytes: the end of the stream if the peer is gone, else
+    /// an empty packet (courier never sends one).
+    #[cold]
+    fn empty_packet(&self) -> RecvError {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN | PollFlags::RDHUP)];
+        let hung_up = match poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+            Ok(_) => fds[0].revents().intersects(PollFlags::HUP | PollFlags::RDHUP),
+            Err(_) => true,
+        };
+        match hung_up {
+            true => RecvError::Disconnected,
+            false => WireError::BadHeader("empty packet").into(),
+        }
+    }
+}
+
+/// Checks a data packet's header against the receiver's limit and against
+/// the `inline` payload bytes that came with it, before anything is copied
+/// or kept.
+fn check(header: Header, inline: usize, limit: u64) -> Result<Header, RecvError> {
+    if header.total > limit {
+        return Err(RecvError::Wire(WireError::TooLarge { claimed: header.total, limit }, Some(header)));
+    }
+    let consistent = match header.body {
+        Body::Inline => header.total == inline as u64,
+        Body::Fragmented => header.total >= inline as u64,
+        Body::SharedMemory => inline == 0,
+    };
+    match consistent {
+        true => Ok(header),
+        false => Err(WireError::Truncated.into()),
     }
 }
 
 impl RecvState {
     /// Gives the descriptors of `packet` to the waiting message it names.
     fn attach(&mut self, packet: FdPacket, fds: Vec<OwnedFd>, truncated: bool) -> Result<(), RecvError> {
-        let Some(i) = self.stash.iter().position(|m| m.fds.is_none() && m.header.tag == packet.tag) else {
+        let Some(i) = self.waiting.iter().position(|m| m.header.tag == packet.tag) else {
             if let Some(i) = self.refused.iter().position(|&t| t == packet.tag) {
                 self.refused.remove(i);
                 return Ok(()); // dropping `fds` closes them
             }
-            return Err(if truncated {
-                WireError::ControlTruncated
-            } else {
-                WireError::BadHeader("descriptor packet for no message")
+            return Err(match truncated {
+                true => WireError::ControlTruncated,
+                false => WireError::BadHeader("descriptor packet for no message"),
             }
             .into());
         };
-        let announced = self.stash[i].header.nfds;
+        let Waiting { header, data, .. } = self.waiting.swap_remove(i);
         if truncated {
-            self.stash.remove(i);
             return Err(WireError::ControlTruncated.into());
         }
-        if packet.count != announced || fds.len() != announced {
-            self.stash.remove(i);
-            return Err(WireError::UnexpectedFds { announced, received: fds.len() }.into());
+        if packet.count != header.nfds || fds.len() != header.nfds {
+            return Err(WireError::UnexpectedFds { announced: header.nfds, received: fds.len() }.into());
         }
-        self.stash[i].fds = Some(fds);
+        self.ready.push_back(Ready { header, data, fds });
         Ok(())
     }
 
@@ -622,31 +720,41 @@ impl RecvState {
         }
     }
 
-    /// Gives up the oldest message still waiting for its descriptors.
+    /// Gives up the oldest waiting message.
     fn give_up_oldest(&mut self) -> WireError {
-        if let Some(i) = self.stash.iter().position(|m| m.fds.is_none()) {
-            if let Some(m) = self.stash.remove(i) {
-                self.refuse(m.header);
-            }
+        if let Some(i) = (0..self.waiting.len()).min_by_key(|&i| self.waiting[i].since) {
+            let m = self.waiting.swap_remove(i);
+            self.refuse(m.header);
         }
-        WireError::BadHeader("announced descriptors never arrived")
+        WireError::DescriptorsMissing
+    }
+
+    /// Gives up one message that waited too long, if any.
+    fn expire(&mut self) -> Option<WireError> {
+        let i = self.waiting.iter().position(|m| m.since.elapsed() >= DESCRIPTOR_WAIT)?;
+        let m = self.waiting.swap_remove(i);
+        self.refuse(m.header);
+        Some(WireError::DescriptorsMissing)
     }
 }
 
 /// Receives the rest of a fragmented message from its dedicated socket,
 /// straight into `dst`'s spare capacity, until `dst.len() == total`.
+///
+/// The whole rest must arrive within the fragment timeout, measured by this
+/// receiver (`poll` with a deadline, `MSG_DONTWAIT` reads): a socket option
+/// such as `SO_RCVTIMEO` would not do, since the sender holds the same socket
+/// and could clear it.
 fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<(), RecvError> {
-    let timeout = Config::global().fragment_timeout;
-    // A live peer that stops sending must not hang us forever.
-    net::sockopt::set_socket_timeout(carrier, net::sockopt::Timeout::Recv, Some(timeout))
-        .map_err(|e| RecvError::Io(e.into()))?;
-    dst.reserve_exact(total - dst.len());
+    let deadline = Instant::now() + Config::global().fragment_timeout;
+    dst.try_reserve_exact(total - dst.len())
+        .map_err(|_| WireError::TooLarge { claimed: total as u64, limit: dst.len() as u64 })?;
     while dst.len() < total {
         let want = total - dst.len();
         let packet = fill_spare(dst, |room| {
             let mut iov = [RawIoVec::EMPTY; 1];
             let n = room.io_vecs(&mut iov);
-            let packet = socket::recv(carrier.as_fd(), &mut iov[..n], false, false)?;
+            let packet = socket::recv(carrier.as_fd(), &mut iov[..n], false, true)?;
             // SAFETY: `recvmsg` wrote `packet.len` bytes at the start of the
             // room (at most its length).
             unsafe { room.advance(packet.len.min(room.remaining())) };
@@ -654,7 +762,13 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
         });
         let packet = match packet {
             Ok(packet) => packet,
-            Err(Errno::AGAIN) => return Err(WireError::FragmentTimeout.into()),
+            Err(Errno::AGAIN) => {
+                match wait_readable(carrier.as_fd(), deadline) {
+                    Err(RecvError::Empty) => return Err(WireError::FragmentTimeout.into()),
+                    other => other?,
+                }
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
         if packet.len == 0 || packet.truncated || packet.len > want {

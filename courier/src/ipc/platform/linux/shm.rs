@@ -54,10 +54,12 @@ pub(crate) const REGION_HEADER: usize = 64;
 const FREE: u32 = 0;
 const BUSY: u32 = 1;
 
-/// Regions the sender's pool keeps for reuse.
-const POOL_REGIONS: usize = 4;
+/// Regions a sender's pool keeps for reuse.
+const POOL_REGIONS: usize = 2;
 /// Mappings a receiver keeps for reuse.
 const CACHED_MAPPINGS: usize = 4;
+/// Mappings are made in whole pages.
+const PAGE: usize = 4096;
 /// Smallest region created, so that a range of sizes shares one region.
 const MIN_REGION: usize = 256 * 1024;
 
@@ -132,14 +134,16 @@ impl Region {
         self.fd.as_fd()
     }
 
-    /// Copies `parts` into the payload area and marks the region busy.
-    fn fill(&mut self, parts: &[IoSlice<'_>]) {
+    /// Copies `parts` (`total` bytes in all) into the payload area and marks
+    /// the region busy.
+    fn fill(&mut self, parts: &[IoSlice<'_>], total: usize) {
+        assert!(total <= self.capacity(), "region too small for its payload");
         let mut at = 0;
         for part in parts {
-            debug_assert!(at + part.len() <= self.capacity());
-            // SAFETY: the pool hands out a region only if its capacity holds
-            // the sum of `parts`, so `at + part.len() <= capacity`; the source
-            // is a live slice and cannot overlap our private mapping.
+            assert!(at + part.len() <= total, "parts longer than their total");
+            // SAFETY: `at + part.len() <= total <= capacity` (asserted), so
+            // the destination range lies in the mapping's payload area; the
+            // source is a live slice and cannot overlap our mapping.
             unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.map.payload().add(at), part.len()) };
             at += part.len();
         }
@@ -147,18 +151,23 @@ impl Region {
     }
 }
 
-/// The sender's pool of regions, shared by every sender of the process.
+/// A sender's pool of regions (one per destination: see `OsSender`).
+#[derive(Default)]
 pub(crate) struct Pool {
     regions: Mutex<Vec<Region>>,
 }
 
-/// The process's pool.
-pub(crate) static POOL: Pool = Pool { regions: Mutex::new(Vec::new()) };
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
 
 impl Pool {
-    /// A region holding a copy of `parts` (`total` bytes), ready to send.
-    /// Give it back with [`Pool::put`] once it has been sent.
-    pub(crate) fn take_filled(&self, parts: &[IoSlice<'_>], total: usize) -> Result<Region, Errno> {
+    /// A region holding a copy of `parts`, ready to send. Give it back with
+    /// [`Pool::put`] once it has been sent.
+    pub(crate) fn take_filled(&self, parts: &[IoSlice<'_>]) -> Result<Region, Errno> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         let reused = {
             let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
             // SYNC POINT: receiver's `Release` store of FREE in `MapCache::copy_out`;
@@ -171,7 +180,7 @@ impl Pool {
             Some(region) => region,
             None => Region::create(total)?,
         };
-        region.fill(parts);
+        region.fill(parts, total);
         Ok(region)
     }
 
@@ -181,18 +190,9 @@ impl Pool {
     pub(crate) fn put(&self, region: Region) {
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
         if regions.len() >= POOL_REGIONS {
-            let oldest = regions.remove(0);
-            drop(oldest);
+            regions.remove(0);
         }
         regions.push(region);
-    }
-}
-
-impl Pool {
-    /// Releases every pooled region (their descriptors and mappings).
-    pub(crate) fn trim(&self) {
-        let regions = std::mem::take(&mut *self.regions.lock().unwrap_or_else(|e| e.into_inner()));
-        drop(regions);
     }
 }
 
@@ -221,11 +221,16 @@ impl MapCache {
         if size < REGION_HEADER || size - REGION_HEADER < total {
             return Err(WireError::BadRegion);
         }
+        // Map what the message needs, never the size the peer chose for the
+        // file (a sealed sparse file of terabytes would map fine and eat the
+        // address space).
+        let need = (REGION_HEADER + total).next_multiple_of(PAGE);
         let key = (stat.st_dev, stat.st_ino);
-        let i = match self.entries.iter().position(|(d, ino, m)| (*d, *ino) == key && m.len == size) {
+        let i = match self.entries.iter().position(|(d, ino, m)| (*d, *ino) == key && m.len >= need) {
             Some(i) => i,
             None => {
-                let map = Mapping::map(fd.as_fd(), size).map_err(|_| WireError::BadRegion)?;
+                let map = Mapping::map(fd.as_fd(), need.min(size)).map_err(|_| WireError::BadRegion)?;
+                self.entries.retain(|(d, ino, _)| (*d, *ino) != key);
                 if self.entries.len() >= CACHED_MAPPINGS {
                     self.entries.remove(0);
                 }
@@ -234,7 +239,7 @@ impl MapCache {
             }
         };
         let map = &self.entries[i].2;
-        dst.reserve_exact(total);
+        dst.try_reserve_exact(total).map_err(|_| WireError::TooLarge { claimed: total as u64, limit: 0 })?;
         let spare = dst.spare_capacity_mut();
         // SAFETY: the region is sealed against shrinking and `size -
         // REGION_HEADER >= total`, so `total` bytes after the header stay
