@@ -493,8 +493,11 @@ impl OsReceiver {
             };
             match read {
                 Read::Data(header) if header.nfds == 0 => {
-                    // The steady state: nothing announced, nothing pending.
-                    return self.finish(&mut state, header, dst, Vec::new());
+                    // The steady state: no descriptors, so the payload is inline
+                    // (`Header::decode` wants a carrier for any other body).
+                    debug_assert_eq!(header.body, Body::Inline);
+                    self.guess.set(dst.len());
+                    return Ok(Vec::new());
                 }
                 Read::Data(header) => {
                     let data = std::mem::take(dst);
