@@ -2,14 +2,13 @@
 //! users rely on, the bytes API, size classes (inline, fragmented, shared
 //! memory), disconnection, and a hostile peer writing raw packets.
 //!
-//! Every test holds `SERIAL` and checks that the process's descriptor count
+//! Every test holds an `FdCheck`: the tests run one at a time, and the process's descriptor count
 //! is the same before and after it (`/proc/self/fd`), so a leak anywhere
 //! shows up in the test that caused it.
 
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use courier::ipc::{
@@ -19,30 +18,8 @@ use courier::ipc::{
 use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Serialises the tests of this binary and checks for descriptor leaks.
-struct FdCheck {
-    before: usize,
-    _serial: MutexGuard<'static, ()>,
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn fd_check() -> FdCheck {
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    FdCheck { before: open_fds(), _serial: serial }
-}
-
-impl Drop for FdCheck {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            assert_eq!(open_fds(), self.before, "descriptor leak");
-        }
-    }
-}
+mod common;
+use common::fd_check;
 
 /// Runs `f` with the process-wide configuration changed, then restores it.
 fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {

@@ -13,12 +13,8 @@ use courier::ipc::{IpcBytesReceiver, IpcError, IpcReceiver, IpcSender, TryRecvEr
 use proptest::prelude::*;
 use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
 
-/// The two tests count the process's descriptors: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
+mod common;
+use common::fd_check;
 
 /// One packet the hostile peer writes.
 #[derive(Clone, Debug)]
@@ -102,8 +98,7 @@ proptest! {
 
     #[test]
     fn bytes_receiver_survives_any_packet_sequence(packets in proptest::collection::vec(packet(), 1..12)) {
-        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let before = open_fds();
+        let check = fd_check();
         {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
@@ -128,13 +123,12 @@ proptest! {
             }
             prop_assert!(delivered, "the good message was lost");
         }
-        prop_assert_eq!(open_fds(), before, "descriptor leak");
+        drop(check); // asserts that every descriptor sent was closed
     }
 
     #[test]
     fn typed_receiver_survives_any_packet_sequence(packets in proptest::collection::vec(packet(), 1..12)) {
-        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let before = open_fds();
+        let check = fd_check();
         {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
@@ -146,6 +140,6 @@ proptest! {
             drop(raw);
             drain(|| rx.try_recv());
         }
-        prop_assert_eq!(open_fds(), before, "descriptor leak");
+        drop(check); // asserts that every descriptor sent was closed
     }
 }

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use courier::ipc::{self, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender, TryRecvError};
@@ -126,29 +125,8 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
     data
 }
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-struct FdCheck {
-    before: usize,
-    _serial: MutexGuard<'static, ()>,
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn fd_check() -> FdCheck {
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    FdCheck { before: open_fds(), _serial: serial }
-}
-
-impl Drop for FdCheck {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            assert_eq!(open_fds(), self.before, "descriptor leak");
-        }
-    }
-}
+mod common;
+use common::fd_check;
 
 #[test]
 fn bootstrap_and_large_payloads_by_hash() {

@@ -94,23 +94,22 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
 }
 
 fn courier_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
-    let (tx, rx) = cr::channel::<Vec<u8>>()?;
-    let data = data.to_vec();
-    Ok(sampler.run(|ops| {
-        for _ in 0..ops {
-            tx.send(data.clone())?;
-            black_box(rx.recv()?);
-        }
-        Ok::<_, cr::IpcError>(())
-    })?)
+    courier_value(sampler, data.to_vec())
 }
 
 fn courier_serde_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
-    let (tx, rx) = cr::channel::<Blob>()?;
-    let data = Blob(data.to_vec());
+    courier_value(sampler, Blob(data.to_vec()))
+}
+
+/// Sends a clone of `value` and receives it, per operation.
+fn courier_value<T>(sampler: &Sampler, value: T) -> Result<Sampled>
+where
+    T: Clone + Serialize + for<'de> Deserialize<'de>,
+{
+    let (tx, rx) = cr::channel::<T>()?;
     Ok(sampler.run(|ops| {
         for _ in 0..ops {
-            tx.send(data.clone())?;
+            tx.send(value.clone())?;
             black_box(rx.recv()?);
         }
         Ok::<_, cr::IpcError>(())

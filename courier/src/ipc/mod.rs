@@ -193,18 +193,6 @@ impl<T> fmt::Debug for IpcSender<T> {
     }
 }
 
-impl<T> Serialize for IpcSender<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de, T> Deserialize<'de> for IpcSender<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(IpcSender { os: OsSender::from_fd(handles::deserialize_fd(deserializer)?), _type: PhantomData })
-    }
-}
-
 // ===== IpcReceiver =====
 
 /// The receiving end of a typed channel. `Send` but not `Sync`; serializable,
@@ -272,19 +260,6 @@ impl<T> fmt::Debug for IpcReceiver<T> {
     }
 }
 
-impl<T> Serialize for IpcReceiver<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de, T> Deserialize<'de> for IpcReceiver<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let os = OsReceiver::from_fd(handles::deserialize_fd(deserializer)?);
-        Ok(IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData })
-    }
-}
-
 // ===== bytes channels =====
 
 /// The sending end of a bytes channel.
@@ -318,18 +293,6 @@ impl IpcBytesSender {
 impl fmt::Debug for IpcBytesSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IpcBytesSender").field("fd", &self.os.fd()).finish()
-    }
-}
-
-impl Serialize for IpcBytesSender {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for IpcBytesSender {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(IpcBytesSender { os: OsSender::from_fd(handles::deserialize_fd(deserializer)?) })
     }
 }
 
@@ -386,18 +349,6 @@ impl IpcBytesReceiver {
 impl fmt::Debug for IpcBytesReceiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IpcBytesReceiver").field("fd", &self.os.fd()).finish()
-    }
-}
-
-impl Serialize for IpcBytesReceiver {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for IpcBytesReceiver {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(IpcBytesReceiver::from_os(OsReceiver::from_fd(handles::deserialize_fd(deserializer)?)))
     }
 }
 
@@ -461,18 +412,6 @@ impl fmt::Debug for OpaqueIpcSender {
     }
 }
 
-impl Serialize for OpaqueIpcSender {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for OpaqueIpcSender {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(OpaqueIpcSender { os: OsSender::from_fd(handles::deserialize_fd(deserializer)?) })
-    }
-}
-
 /// An [`IpcReceiver`] whose message type was erased.
 pub struct OpaqueIpcReceiver {
     os: OsReceiver,
@@ -499,18 +438,6 @@ impl OpaqueIpcReceiver {
 impl fmt::Debug for OpaqueIpcReceiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpaqueIpcReceiver").field("fd", &self.os.fd()).finish()
-    }
-}
-
-impl Serialize for OpaqueIpcReceiver {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.os.fd(), serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for OpaqueIpcReceiver {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(OpaqueIpcReceiver { os: OsReceiver::from_fd(handles::deserialize_fd(deserializer)?) })
     }
 }
 
@@ -584,13 +511,15 @@ impl<T> fmt::Debug for IpcOneShotServer<T> {
     }
 }
 
-// ===== descriptor interop =====
+// ===== descriptors: interop and serde =====
 
-/// Channel ends are descriptors: they can be inherited by a child process
-/// (clear `FD_CLOEXEC` on a duplicate) and rebuilt there with `From<OwnedFd>`.
-/// A descriptor that is not one end of a courier `SOCK_SEQPACKET` channel
+/// Every channel end is a descriptor. It travels inside messages as the
+/// index of its descriptor in the message's descriptor table (see
+/// `handles`); it can also be inherited by a child process (clear
+/// `FD_CLOEXEC` on a duplicate) and rebuilt there with `From<OwnedFd>`. A
+/// descriptor that is not one end of a courier `SOCK_SEQPACKET` channel
 /// gives errors, never undefined behaviour.
-macro_rules! fd_interop {
+macro_rules! channel_end {
     ($($ty:ident $(<$t:ident>)? => $os:ident, $build:expr;)*) => {$(
         impl$(<$t>)? AsFd for $ty$(<$t>)? {
             fn as_fd(&self) -> BorrowedFd<'_> {
@@ -604,12 +533,26 @@ macro_rules! fd_interop {
                 build($os::from_fd(fd))
             }
         }
+
+        impl$(<$t>)? Serialize for $ty$(<$t>)? {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                handles::serialize_fd(self.os.fd(), serializer)
+            }
+        }
+
+        impl<'de, $($t)?> Deserialize<'de> for $ty$(<$t>)? {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                Ok(Self::from(handles::deserialize_fd(deserializer)?))
+            }
+        }
     )*};
 }
 
-fd_interop! {
+channel_end! {
     IpcSender<T> => OsSender, |os| IpcSender { os, _type: PhantomData };
     IpcReceiver<T> => OsReceiver, |os| IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData };
     IpcBytesSender => OsSender, |os| IpcBytesSender { os };
     IpcBytesReceiver => OsReceiver, IpcBytesReceiver::from_os;
+    OpaqueIpcSender => OsSender, |os| OpaqueIpcSender { os };
+    OpaqueIpcReceiver => OsReceiver, |os| OpaqueIpcReceiver { os };
 }
