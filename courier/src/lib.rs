@@ -12,3 +12,4 @@
 pub mod buf;
 pub mod chan;
 pub mod ipc;
+mod sync;
