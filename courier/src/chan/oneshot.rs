@@ -18,9 +18,8 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
-use super::backoff::Backoff;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use super::waiter::{Context, Operation, Selected, SyncWaitList};
+use super::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, UnsafeCell};
 
@@ -155,14 +154,18 @@ impl<T> Receiver<T> {
 
     fn recv_impl(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         loop {
-            let mut backoff = Backoff::new();
-            loop {
-                match self.try_recv() {
-                    Ok(msg) => return Ok(msg),
-                    Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
-                    Err(TryRecvError::Empty) if backoff.is_completed() => break,
-                    Err(TryRecvError::Empty) => backoff.snooze(true),
-                }
+            let attempt = || match self.try_recv() {
+                Ok(msg) => Some(Ok(msg)),
+                Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
+                Err(TryRecvError::Empty) => None,
+            };
+            if let Some(done) = attempt().or_else(|| {
+                self.inner
+                    .receiver
+                    .spin_budget()
+                    .spin(current_may_spin(), attempt)
+            }) {
+                return done;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(RecvTimeoutError::Timeout);
@@ -174,7 +177,7 @@ impl<T> Receiver<T> {
                 if self.inner.state.load(Ordering::Relaxed) != EMPTY {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline) {
+                if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline, None) {
                     self.inner.receiver.unregister(oper);
                 }
             });

@@ -219,9 +219,12 @@ impl<'a> Select<'a> {
             }
             return None;
         }
-        // Fairness: start each select at a different operation.
-        let n = self.handles.len();
-        self.handles.rotate_left(next_rotation() % n);
+        // Fairness: start each select at a different operation (not under loom: models must
+        // be deterministic).
+        if !cfg!(loom) {
+            let n = self.handles.len();
+            self.handles.rotate_left(next_rotation() % n);
+        }
         let mut token = Token::default();
         loop {
             // 1. Is anything ready now?
@@ -255,7 +258,7 @@ impl<'a> Select<'a> {
                     }
                 }
                 if sel == Selected::Waiting {
-                    sel = cx.wait_until(deadline);
+                    sel = cx.wait_until(deadline, None);
                 }
                 for h in handles.iter_mut().take(registered) {
                     let oper = Operation::hook(h);

@@ -9,8 +9,9 @@
 //! 2. **re-check**: if the channel became ready meanwhile, claim *itself* (`WAITING -> ABORTED`)
 //!    so the wait below returns at once; the [`SyncWaitList`] fences make sure that a peer that
 //!    changed the state either sees the entry or is seen by the re-check (a Dekker pair);
-//! 3. **park**: [`Context::wait_until`] spins briefly on the claim word, then parks until it
-//!    changes (or the deadline passes, in which case it claims itself `ABORTED`).
+//! 3. **park**: [`Context::wait_until`] parks until the claim word changes (or the deadline
+//!    passes, in which case it claims itself `ABORTED`). Before registering, an operation spins
+//!    on the channel within a budget learned per channel side ([`SpinBudget`]).
 //!
 //! A peer that makes the channel ready pops one entry of *another* task, claims it with one CAS
 //! (`WAITING -> Operation(op)`; a failed CAS means a `Select` was won elsewhere, so it tries the
@@ -40,7 +41,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use super::backoff::Backoff;
+use super::backoff::{Backoff, SpinBudget};
 use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::{thread, Arc, Mutex};
 
@@ -68,6 +69,13 @@ pub trait Park: Send + Sync + 'static {
     /// must answer `false`: yielding the OS thread would stall every fiber of its scheduler.
     fn may_yield_thread(&self) -> bool {
         false
+    }
+
+    /// Should a blocked operation spin (briefly, with `pause`) before parking this task? A
+    /// scheduler answers `false` when other tasks are ready to run on its thread: the peer a
+    /// fiber waits for may be one of them, and cannot run while it spins.
+    fn may_spin(&self) -> bool {
+        true
     }
 }
 
@@ -327,17 +335,19 @@ impl Context {
 
     /// Waits until the context is claimed, or the deadline passes (then claims it `Aborted`,
     /// unless a peer claimed it first, whose claim is returned instead and must be honoured).
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Selected {
-        // A peer on the other CPU usually answers within a few hundred nanoseconds, far less than
-        // the ~30 µs a sleeping vCPU needs to wake: spin on the claim word first.
-        let mut backoff = Backoff::new();
-        let may_yield = self.may_yield_thread();
-        while !backoff.is_completed() {
-            let sel = self.selected();
-            if sel != Selected::Waiting {
+    ///
+    /// With `spin`, first spins on the claim word within that learned budget (the rendezvous
+    /// flavor, whose peer claims registered waiters); the buffered flavors spin on the channel
+    /// itself before registering, and pass `None`.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: Option<&SpinBudget>) -> Selected {
+        if let Some(spin) = spin {
+            let claimed = spin.spin(self.may_spin(), || {
+                let sel = self.selected();
+                (sel != Selected::Waiting).then_some(sel)
+            });
+            if let Some(sel) = claimed {
                 return sel;
             }
-            backoff.snooze(may_yield);
         }
         loop {
             let sel = self.selected();
@@ -353,6 +363,15 @@ impl Context {
                 }
             }
             self.inner.parker.park(deadline);
+        }
+    }
+
+    /// Should this task spin before parking? (A thread: yes. A fiber: as its scheduler says.)
+    #[inline]
+    fn may_spin(&self) -> bool {
+        match &self.inner.parker {
+            Parker::Thread(_) => true,
+            Parker::Task(task) => task.may_spin(),
         }
     }
 
@@ -417,6 +436,20 @@ fn current_thread_id() -> usize {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     thread::current().id().hash(&mut h);
     h.finish() as usize
+}
+
+/// Should the running task spin before parking? One thread-local load for a thread.
+#[inline]
+pub(crate) fn current_may_spin() -> bool {
+    #[cfg(not(loom))]
+    {
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
+            return unsafe { &*task }.may_spin();
+        }
+    }
+    true
 }
 
 /// The id of the running task, as stored in its contexts.
@@ -583,6 +616,8 @@ impl WaitList {
 pub(crate) struct SyncWaitList {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
+    /// How long this side spins before registering.
+    spin: SpinBudget,
 }
 
 impl SyncWaitList {
@@ -590,7 +625,14 @@ impl SyncWaitList {
         SyncWaitList {
             list: Mutex::new(WaitList::new()),
             is_empty: AtomicBool::new(true),
+            spin: SpinBudget::new(),
         }
+    }
+
+    /// The spin budget of the tasks waiting on this side.
+    #[inline]
+    pub(crate) fn spin_budget(&self) -> &SpinBudget {
+        &self.spin
     }
 
     /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is

@@ -33,7 +33,7 @@ use crossbeam_utils::CachePadded;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -286,18 +286,16 @@ impl<T> Channel<T> {
     pub(crate) fn send(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         loop {
-            // Fast path, spinning while a receiver is about to make room.
-            let mut backoff = Backoff::new();
-            loop {
-                if self.start_send(token) {
-                    // SAFETY: `start_send` returned true for this token.
-                    return unsafe { self.write(token, msg) }
-                        .map_err(SendTimeoutError::Disconnected);
-                }
-                if backoff.is_completed() {
-                    break;
-                }
-                backoff.snooze(true);
+            // Fast path, then a spin while a receiver is about to make room.
+            if self.start_send(token)
+                || self
+                    .senders
+                    .spin_budget()
+                    .spin(current_may_spin(), || self.start_send(token).then_some(()))
+                    .is_some()
+            {
+                // SAFETY: `start_send` returned true for this token.
+                return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -311,7 +309,7 @@ impl<T> Channel<T> {
                 if !self.is_full() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline) {
+                match cx.wait_until(deadline, None) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.senders.unregister(oper);
                     }
@@ -335,17 +333,16 @@ impl<T> Channel<T> {
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut Token::default();
         loop {
-            let mut backoff = Backoff::new();
-            loop {
-                if self.start_recv(token) {
-                    // SAFETY: `start_recv` returned true for this token.
-                    return unsafe { self.read(token) }
-                        .map_err(|()| RecvTimeoutError::Disconnected);
-                }
-                if backoff.is_completed() {
-                    break;
-                }
-                backoff.snooze(true);
+            // Fast path, then a spin while a sender is about to deliver.
+            if self.start_recv(token)
+                || self
+                    .receivers
+                    .spin_budget()
+                    .spin(current_may_spin(), || self.start_recv(token).then_some(()))
+                    .is_some()
+            {
+                // SAFETY: `start_recv` returned true for this token.
+                return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -358,7 +355,7 @@ impl<T> Channel<T> {
                 if !self.is_empty() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline) {
+                match cx.wait_until(deadline, None) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.receivers.unregister(oper);
                     }

@@ -35,7 +35,7 @@ use crossbeam_utils::CachePadded;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -236,11 +236,11 @@ impl<T> Channel<T> {
                         // We took the last slot: install the next block and skip the phantom
                         // position.
                         let next = Box::into_raw(next_block.take().expect("allocated above"));
-                        let next_index = new_tail.wrapping_add(1 << SHIFT);
-                        // SYNC POINT: publishes the new block to senders (the index store is
-                        // their signal); partners: their Acquire loads of `tail.*`.
+                        // SYNC POINT: publishes the new block to senders (the index step is
+                        // their signal); partners: their Acquire loads of `tail.*`. An RMW, not
+                        // a store: a disconnect may have set MARK_BIT meanwhile (loom found it).
                         self.tail.block.store(next, Ordering::Release);
-                        self.tail.index.store(next_index, Ordering::Release);
+                        self.tail.index.fetch_add(1 << SHIFT, Ordering::Release);
                         // SAFETY: `block` stays allocated until all of its slots are read, and
                         // ours is not written yet.
                         unsafe { (*block).next.store(next, Ordering::Release) };
@@ -401,17 +401,16 @@ impl<T> Channel<T> {
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut Token::default();
         loop {
-            let mut backoff = Backoff::new();
-            loop {
-                if self.start_recv(token) {
-                    // SAFETY: `start_recv` returned true for this token.
-                    return unsafe { self.read(token) }
-                        .map_err(|()| RecvTimeoutError::Disconnected);
-                }
-                if backoff.is_completed() {
-                    break;
-                }
-                backoff.snooze(true);
+            // Fast path, then a spin while a sender is about to deliver.
+            if self.start_recv(token)
+                || self
+                    .receivers
+                    .spin_budget()
+                    .spin(current_may_spin(), || self.start_recv(token).then_some(()))
+                    .is_some()
+            {
+                // SAFETY: `start_recv` returned true for this token.
+                return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -424,7 +423,7 @@ impl<T> Channel<T> {
                 if !self.is_empty() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline) {
+                match cx.wait_until(deadline, None) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.receivers.unregister(oper);
                     }

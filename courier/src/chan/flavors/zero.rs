@@ -16,7 +16,7 @@
 use std::ptr;
 use std::time::Instant;
 
-use crate::chan::backoff::Backoff;
+use crate::chan::backoff::{Backoff, SpinBudget};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::waiter::{Context, Operation, Selected, WaitList};
@@ -85,6 +85,8 @@ struct Inner {
 /// A rendezvous channel.
 pub(crate) struct Channel<T> {
     inner: Mutex<Inner>,
+    /// How long a registered operation spins on its claim word before parking.
+    spin: SpinBudget,
     _marker: std::marker::PhantomData<T>,
 }
 
@@ -96,6 +98,7 @@ impl<T> Channel<T> {
                 receivers: WaitList::new(),
                 is_disconnected: false,
             }),
+            spin: SpinBudget::new(),
             _marker: std::marker::PhantomData,
         }
     }
@@ -233,7 +236,7 @@ impl<T> Channel<T> {
                 cx,
             );
             drop(inner);
-            match cx.wait_until(deadline) {
+            match cx.wait_until(deadline, Some(&self.spin)) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
                     self.lock().senders.unregister(oper);
@@ -292,7 +295,7 @@ impl<T> Channel<T> {
                 cx,
             );
             drop(inner);
-            match cx.wait_until(deadline) {
+            match cx.wait_until(deadline, Some(&self.spin)) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
                     Err(RecvTimeoutError::Timeout)

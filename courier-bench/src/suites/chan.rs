@@ -1,0 +1,452 @@
+//! Suite `chan`: the throughput scenarios of crossbeam-channel's own benchmarks
+//! (`crossbeam-channel/benchmarks/`: seq, spsc, mpsc, mpmc, select_rx, select_both, each on
+//! bounded(0), bounded(1), bounded(N) and unbounded), for courier and its peers in one run.
+//!
+//! Definitions (as crossbeam's README states them): N = the message count, T = 4 threads.
+//! - `seq`: one thread sends N messages, then receives them (buffered flavors only);
+//! - `spsc`: one sender thread, one receiver thread;
+//! - `mpsc`: T sender threads (N/T each), one receiver;
+//! - `mpmc`: T senders, T receivers;
+//! - `select_rx`: T senders on T channels, one receiver selecting over all T;
+//! - `select_both`: T senders selecting over T channels, T receivers selecting over them.
+//!
+//! A case a peer cannot express is skipped, not faked: `std-mpsc` has no select and no shared
+//! receiver; `courier-local` runs only `seq` (its handles cannot cross threads).
+
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Threads per side in the multi-thread cases (crossbeam's T).
+pub(crate) const THREADS: usize = 4;
+
+/// The channel flavors measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Rendezvous.
+    Bounded0,
+    /// Capacity one.
+    Bounded1,
+    /// Capacity N: never full.
+    BoundedN(usize),
+    /// No capacity limit.
+    Unbounded,
+}
+
+impl Kind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Bounded0 => "bounded0",
+            Kind::Bounded1 => "bounded1",
+            Kind::BoundedN(_) => "boundedN",
+            Kind::Unbounded => "unbounded",
+        }
+    }
+}
+
+/// One channel implementation under test, behind a common face.
+pub(crate) trait Peer: 'static {
+    /// The subject name in the results.
+    const NAME: &'static str;
+    type Tx: Send + Clone + 'static;
+    type Rx: Send + 'static;
+    /// Does the peer have a select?
+    const SELECT: bool = false;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx);
+    fn send(tx: &Self::Tx, v: u64);
+    fn recv(rx: &Self::Rx) -> u64;
+    /// A second receiver of the same channel, if the peer allows one.
+    fn clone_rx(_rx: &Self::Rx) -> Option<Self::Rx> {
+        None
+    }
+    /// Receives from whichever of `rxs` is ready first (`None`: no select).
+    fn select_recv(_rxs: &[Self::Rx]) -> Option<u64> {
+        None
+    }
+    /// Sends to whichever of `txs` is ready first (`false`: no select).
+    fn select_send(_txs: &[Self::Tx], _v: u64) -> bool {
+        false
+    }
+}
+
+// ===== the subjects =====
+
+pub(crate) struct Courier;
+
+impl Peer for Courier {
+    const NAME: &'static str = "courier";
+    const SELECT: bool = true;
+    type Tx = courier::chan::Sender<u64>;
+    type Rx = courier::chan::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => courier::chan::bounded(0),
+            Kind::Bounded1 => courier::chan::bounded(1),
+            Kind::BoundedN(n) => courier::chan::bounded(n),
+            Kind::Unbounded => courier::chan::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = courier::chan::Select::new();
+        for rx in rxs {
+            sel.recv(rx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        Some(op.recv(&rxs[i]).unwrap())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = courier::chan::Select::new();
+        for tx in txs {
+            sel.send(tx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        op.send(&txs[i], v).unwrap();
+        true
+    }
+}
+
+pub(crate) struct Crossbeam;
+
+impl Peer for Crossbeam {
+    const NAME: &'static str = "crossbeam-channel";
+    const SELECT: bool = true;
+    type Tx = crossbeam_channel::Sender<u64>;
+    type Rx = crossbeam_channel::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => crossbeam_channel::bounded(0),
+            Kind::Bounded1 => crossbeam_channel::bounded(1),
+            Kind::BoundedN(n) => crossbeam_channel::bounded(n),
+            Kind::Unbounded => crossbeam_channel::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = crossbeam_channel::Select::new();
+        for rx in rxs {
+            sel.recv(rx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        Some(op.recv(&rxs[i]).unwrap())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = crossbeam_channel::Select::new();
+        for tx in txs {
+            sel.send(tx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        op.send(&txs[i], v).unwrap();
+        true
+    }
+}
+
+pub(crate) struct Flume;
+
+impl Peer for Flume {
+    const NAME: &'static str = "flume";
+    const SELECT: bool = true;
+    type Tx = flume::Sender<u64>;
+    type Rx = flume::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => flume::bounded(0),
+            Kind::Bounded1 => flume::bounded(1),
+            Kind::BoundedN(n) => flume::bounded(n),
+            Kind::Unbounded => flume::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = flume::Selector::new();
+        for rx in rxs {
+            sel = sel.recv(rx, |r| r.unwrap());
+        }
+        Some(sel.wait())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = flume::Selector::new();
+        for tx in txs {
+            sel = sel.send(tx, v, |r| r.unwrap());
+        }
+        sel.wait();
+        true
+    }
+}
+
+pub(crate) struct StdMpsc;
+
+/// std's two sender types behind one.
+#[derive(Clone)]
+pub(crate) enum StdTx {
+    Async(std::sync::mpsc::Sender<u64>),
+    Sync(std::sync::mpsc::SyncSender<u64>),
+}
+
+impl Peer for StdMpsc {
+    const NAME: &'static str = "std-mpsc";
+    type Tx = StdTx;
+    type Rx = std::sync::mpsc::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        let sync = |n| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(n);
+            (StdTx::Sync(tx), rx)
+        };
+        match kind {
+            Kind::Bounded0 => sync(0),
+            Kind::Bounded1 => sync(1),
+            Kind::BoundedN(n) => sync(n),
+            Kind::Unbounded => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                (StdTx::Async(tx), rx)
+            }
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        match tx {
+            StdTx::Async(tx) => tx.send(v).unwrap(),
+            StdTx::Sync(tx) => tx.send(v).unwrap(),
+        }
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+}
+
+// ===== the scenarios =====
+
+/// `seq`: send everything, then receive everything, on one thread.
+fn seq<P: Peer>(kind: Kind, n: usize) -> Duration {
+    let (tx, rx) = P::make(kind);
+    let start = Instant::now();
+    for i in 0..n as u64 {
+        P::send(&tx, i);
+    }
+    for _ in 0..n {
+        std::hint::black_box(P::recv(&rx));
+    }
+    start.elapsed()
+}
+
+/// `seq` on a `chan::local` channel.
+fn seq_local(kind: Kind, n: usize) -> Duration {
+    let (tx, rx) = match kind {
+        Kind::BoundedN(cap) => courier::chan::local::bounded(cap),
+        _ => courier::chan::local::channel(),
+    };
+    let start = Instant::now();
+    for i in 0..n as u64 {
+        tx.send(i).unwrap();
+    }
+    for _ in 0..n {
+        std::hint::black_box(rx.recv().unwrap());
+    }
+    start.elapsed()
+}
+
+/// Runs `senders` sender closures and `receivers` receiver closures on their own threads,
+/// released together by a barrier; returns the time from release to the last join.
+fn run_threads(
+    senders: Vec<Box<dyn FnOnce() + Send>>,
+    receivers: Vec<Box<dyn FnOnce() + Send>>,
+) -> Duration {
+    let barrier = std::sync::Arc::new(Barrier::new(senders.len() + receivers.len() + 1));
+    let handles: Vec<_> = senders
+        .into_iter()
+        .chain(receivers)
+        .map(|f| {
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                f();
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().expect("benchmark thread panicked");
+    }
+    start.elapsed()
+}
+
+/// `spsc` (senders = receivers = 1), `mpsc` (T, 1), `mpmc` (T, T) on one channel.
+fn xpxc<P: Peer>(kind: Kind, n: usize, senders: usize, receivers: usize) -> Option<Duration> {
+    let (tx, rx) = P::make(kind);
+    let mut rxs = vec![rx];
+    for _ in 1..receivers {
+        rxs.push(P::clone_rx(&rxs[0])?);
+    }
+    let send_jobs = (0..senders)
+        .map(|_| {
+            let tx = tx.clone();
+            Box::new(move || {
+                for i in 0..(n / senders) as u64 {
+                    P::send(&tx, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    drop(tx);
+    let recv_jobs = rxs
+        .into_iter()
+        .map(|rx| {
+            Box::new(move || {
+                for _ in 0..n / receivers {
+                    std::hint::black_box(P::recv(&rx));
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    Some(run_threads(send_jobs, recv_jobs))
+}
+
+/// `select_rx`: T senders, each on its own channel; one receiver selects over all.
+fn select_rx<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| P::make(kind)).unzip();
+    if !P::SELECT {
+        return None;
+    }
+    let send_jobs = txs
+        .into_iter()
+        .map(|tx| {
+            Box::new(move || {
+                for i in 0..(n / THREADS) as u64 {
+                    P::send(&tx, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    let recv_job: Box<dyn FnOnce() + Send> = Box::new(move || {
+        for _ in 0..n / THREADS * THREADS {
+            std::hint::black_box(P::select_recv(&rxs));
+        }
+    });
+    Some(run_threads(send_jobs, vec![recv_job]))
+}
+
+/// `select_both`: T senders select over T channels; T receivers select over them.
+fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| P::make(kind)).unzip();
+    if !P::SELECT {
+        return None;
+    }
+    let mut rx_sets = vec![rxs];
+    for _ in 1..THREADS {
+        rx_sets.push(rx_sets[0].iter().map(P::clone_rx).collect::<Option<Vec<_>>>()?);
+    }
+    let send_jobs = (0..THREADS)
+        .map(|_| {
+            let txs = txs.clone();
+            Box::new(move || {
+                for i in 0..(n / THREADS) as u64 {
+                    P::select_send(&txs, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    drop(txs);
+    let recv_jobs = rx_sets
+        .into_iter()
+        .map(|rxs| {
+            Box::new(move || {
+                for _ in 0..n / THREADS {
+                    std::hint::black_box(P::select_recv(&rxs));
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    Some(run_threads(send_jobs, recv_jobs))
+}
+
+/// One measured case.
+#[derive(Clone, Debug)]
+pub(crate) struct Sample {
+    /// `"<scenario>/<flavor>"`, e.g. `"spsc/bounded1"`.
+    pub case: String,
+    pub subject: &'static str,
+    /// Messages that crossed the channel(s).
+    pub messages: u64,
+    pub elapsed: Duration,
+}
+
+fn cases_for<P: Peer>(kind: Kind, n: usize, out: &mut dyn FnMut(Sample)) {
+    let t = THREADS;
+    let mut emit = |scenario: &str, messages: usize, d: Option<Duration>| {
+        if let Some(elapsed) = d {
+            out(Sample {
+                case: format!("{scenario}/{}", kind.label()),
+                subject: P::NAME,
+                messages: messages as u64,
+                elapsed,
+            });
+        }
+    };
+    if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
+        emit("seq", n, Some(seq::<P>(kind, n)));
+    }
+    emit("spsc", n, xpxc::<P>(kind, n, 1, 1));
+    emit("mpsc", n / t * t, xpxc::<P>(kind, n, t, 1));
+    emit("mpmc", n / t * t, xpxc::<P>(kind, n, t, t));
+    emit("select_rx", n / t * t, select_rx::<P>(kind, n));
+    emit("select_both", n / t * t, select_both::<P>(kind, n));
+}
+
+/// Runs every case with `n` messages each, handing each sample to `out` as it completes.
+pub(crate) fn run(n: usize, out: &mut dyn FnMut(Sample)) {
+    for kind in [
+        Kind::Bounded0,
+        Kind::Bounded1,
+        Kind::BoundedN(n),
+        Kind::Unbounded,
+    ] {
+        cases_for::<Courier>(kind, n, out);
+        if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
+            out(Sample {
+                case: format!("seq/{}", kind.label()),
+                subject: "courier-local",
+                messages: n as u64,
+                elapsed: seq_local(kind, n),
+            });
+        }
+        cases_for::<Crossbeam>(kind, n, out);
+        cases_for::<Flume>(kind, n, out);
+        cases_for::<StdMpsc>(kind, n, out);
+    }
+}
