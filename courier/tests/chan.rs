@@ -15,7 +15,10 @@ use courier::chan::{
 const N: usize = if cfg!(miri) { 50 } else { 10_000 };
 
 /// Every buffered constructor, by name (rendezvous has its own tests: it never buffers).
-fn buffered<T>() -> Vec<(&'static str, (Sender<T>, Receiver<T>))> {
+/// A channel's two ends.
+type Pair<T> = (Sender<T>, Receiver<T>);
+
+fn buffered<T>() -> Vec<(&'static str, Pair<T>)> {
     vec![
         ("bounded(1)", chan::bounded(1)),
         ("bounded(3)", chan::bounded(3)),
@@ -25,7 +28,7 @@ fn buffered<T>() -> Vec<(&'static str, (Sender<T>, Receiver<T>))> {
 }
 
 /// Every constructor, rendezvous included.
-fn all<T>() -> Vec<(&'static str, (Sender<T>, Receiver<T>))> {
+fn all<T>() -> Vec<(&'static str, Pair<T>)> {
     let mut v = buffered();
     v.push(("bounded(0)", chan::bounded(0)));
     v
@@ -64,7 +67,10 @@ fn try_ops_and_capacity() {
                     tx.try_send(i).unwrap();
                 }
                 assert_eq!(rx.len(), 100, "{name}");
-                assert_eq!(rx.try_iter().collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+                assert_eq!(
+                    rx.try_iter().collect::<Vec<_>>(),
+                    (0..100).collect::<Vec<_>>()
+                );
             }
         }
         assert!(rx.is_empty(), "{name}");
@@ -200,7 +206,10 @@ fn blocking_wakes_across_threads() {
 
 #[test]
 fn blocked_sender_wakes_on_receive_and_on_disconnect() {
-    for (name, (tx, rx)) in [("bounded(1)", chan::bounded(1)), ("bounded(0)", chan::bounded(0))] {
+    for (name, (tx, rx)) in [
+        ("bounded(1)", chan::bounded(1)),
+        ("bounded(0)", chan::bounded(0)),
+    ] {
         if tx.capacity() == Some(1) {
             tx.send(0u32).unwrap();
         }

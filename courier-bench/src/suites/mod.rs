@@ -79,7 +79,9 @@
 //! many times courier is ahead of it, the floor's is how far courier is from
 //! the limit (see `harness::report`).
 
+pub mod chan;
 pub mod floor;
+pub mod ring;
 pub mod send;
 
 use crate::harness::{Ctx, Result};
@@ -124,6 +126,18 @@ pub static SUITES: &[Suite] = &[
         about: "Seed 001: a million 22-byte sends through each reach, sends/s and cycles/send, next to the raw-syscall floor",
         args: send::args,
         run: send::run,
+    },
+    Suite {
+        name: "ring",
+        about: "Seed 003: a ring of N threads (2, 4, 16) passing 1M messages over bounded(1), unbounded, bounded(0); plus chan::local in one thread",
+        args: no_args,
+        run: ring::run,
+    },
+    Suite {
+        name: "chan",
+        about: "crossbeam-channel's scenarios (seq, spsc, mpsc, mpmc, select) on bounded(0), bounded(1), bounded(N), unbounded",
+        args: no_args,
+        run: chan::run,
     },
 ];
 

@@ -11,30 +11,26 @@
 //! `courier-local` runs the same ring inside one thread on `chan::local` channels, as a state
 //! machine (each task is a step of a loop) until fibers exist.
 
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use super::chan::{Courier, Crossbeam, Flume, Kind, Peer, Sample, StdMpsc};
+use super::chan::{measure, time_threads, Courier, Crossbeam, Flume, Kind, Peer, StdMpsc};
+use crate::harness::{Case, Ctx, Result};
 
 /// Ring sizes measured.
 pub(crate) const TASKS: [usize; 3] = [2, 4, 16];
 
-/// The ring of threads for peer `P`; returns the time for `per_task * n` messages.
-pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Duration {
+/// The ring of threads for peer `P`; the time for `per_task * n` messages (`None`: stuck).
+pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Option<Duration> {
     let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| P::make(kind)).unzip();
     // Task i receives on channel i and sends on channel i + 1.
     txs.rotate_left(1);
     let one_token = kind == Kind::Bounded0;
-    let barrier = Arc::new(Barrier::new(n + 1));
-    let handles: Vec<_> = txs
+    let tasks = txs
         .into_iter()
         .zip(rxs)
         .enumerate()
         .map(|(i, (tx, rx))| {
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
+            move || {
                 let sends_first = !one_token || i == 0;
                 for j in 0..per_task as u64 {
                     if sends_first {
@@ -45,15 +41,10 @@ pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Dur
                         P::send(&tx, std::hint::black_box(v));
                     }
                 }
-            })
+            }
         })
         .collect();
-    barrier.wait();
-    let start = Instant::now();
-    for h in handles {
-        h.join().expect("ring thread panicked");
-    }
-    start.elapsed()
+    time_threads(tasks)
 }
 
 /// The ring inside one thread on `chan::local`: each round, every task sends to its successor
@@ -68,7 +59,10 @@ pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
     let start = Instant::now();
     for j in 0..per_task as u64 {
         for i in 0..n {
-            chans[(i + 1) % n].0.try_send(j).unwrap_or_else(|_| unreachable!());
+            chans[(i + 1) % n]
+                .0
+                .try_send(j)
+                .unwrap_or_else(|_| unreachable!());
         }
         for (_, rx) in &chans {
             std::hint::black_box(rx.try_recv().unwrap());
@@ -77,33 +71,43 @@ pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
     start.elapsed()
 }
 
-fn emit<P: Peer>(kind: Kind, n: usize, total: usize, out: &mut dyn FnMut(Sample)) {
+fn ring_case<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, total: usize, samples: usize) {
     let per_task = total / n;
-    out(Sample {
-        case: format!("threads-{n}/{}", kind.label()),
-        subject: P::NAME,
-        messages: (per_task * n) as u64,
-        elapsed: thread_ring::<P>(kind, n, per_task),
+    let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
+    measure(ctx, &case, P::NAME, samples, per_task * n, || {
+        thread_ring::<P>(kind, n, per_task)
     });
 }
 
-/// Runs every ring with `total` messages each, handing each sample to `out`.
-pub(crate) fn run(total: usize, out: &mut dyn FnMut(Sample)) {
+/// Messages per sample: quick, and `--full` (seed 003's million).
+const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+
+/// `courier-bench ring`: rings of 2, 4 and 16 threads on bounded(1), unbounded and bounded(0)
+/// channels for every subject, and the single-thread `chan::local` ring.
+pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
+    let total = ctx.pick(MESSAGES.0, MESSAGES.1);
+    let samples = ctx.samples(3, 3);
     for kind in [Kind::Bounded1, Kind::Unbounded, Kind::Bounded0] {
         for n in TASKS {
-            emit::<Courier>(kind, n, total, out);
-            emit::<Crossbeam>(kind, n, total, out);
-            emit::<Flume>(kind, n, total, out);
-            emit::<StdMpsc>(kind, n, total, out);
+            ring_case::<Courier>(ctx, kind, n, total, samples);
             if kind != Kind::Bounded0 {
                 let per_task = total / n;
-                out(Sample {
-                    case: format!("threads-{n}/{}", kind.label()),
-                    subject: "courier-local",
-                    messages: (per_task * n) as u64,
-                    elapsed: local_ring(kind, n, per_task),
+                let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
+                measure(ctx, &case, "courier-local", samples, per_task * n, || {
+                    Some(local_ring(kind, n, per_task))
                 });
             }
+            ring_case::<Crossbeam>(ctx, kind, n, total, samples);
+            ring_case::<Flume>(ctx, kind, n, total, samples);
+            ring_case::<StdMpsc>(ctx, kind, n, total, samples);
         }
     }
+    ctx.note(format!(
+        "{total} messages per sample, {samples} samples (+1 warm-up); N tasks = N threads; \
+         buffered rings circulate N messages at once (send, then receive), the bounded0 ring one"
+    ));
+    ctx.note(
+        "courier-local: the same ring on chan::local channels inside one thread (a state machine)",
+    );
+    Ok(())
 }

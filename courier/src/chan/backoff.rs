@@ -12,7 +12,6 @@
 //! BENCHMARKS.md): a longer spin helps the 2-thread ring but costs every oversubscribed case.
 
 use crate::sync;
-use crate::sync::atomic::{AtomicUsize, Ordering};
 
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one
 /// scheduling point (each `spin_loop` is one; more would only grow the model).
@@ -59,58 +58,58 @@ impl Backoff {
     }
 }
 
-// ===== adaptive spin before parking =====
+// ===== spin, then yield, then park =====
 
 /// Pauses between two attempts of a spinning operation (~70 ns here: `pause` is ~17 ns).
 const PAUSES_PER_ATTEMPT: u32 = 4;
-/// The most attempts a wait may spin: ~25 µs, about the cost of waking a sleeping vCPU (beyond
-/// it, parking is cheaper whatever happens next: the ski-rental bound).
-const MAX_ATTEMPTS: usize = if cfg!(loom) { 0 } else { 256 };
-/// Attempts made even when spinning has stopped paying: the probe that notices it pays again.
-const PROBE_ATTEMPTS: usize = if cfg!(loom) { 0 } else { 4 };
-/// Where a new channel starts.
-const INITIAL_ATTEMPTS: usize = if cfg!(loom) { 0 } else { 64 };
 
-/// A spin budget learned per channel side: how long a blocked operation spins before it
-/// registers and parks.
+/// Attempts in the spinning phase: ~1.3 µs.
+const SPIN_ATTEMPTS: u32 = 16;
+/// How long the yielding phase lasts at most. Measured (`courier-bench ring`, idle machine):
+/// 5 µs lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message), 20 µs
+/// still half the time, 50-60 µs keeps them at 2-5 µs; longer buys nothing more.
+const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Retries `attempt` while the peer is likely to answer soon: first spinning (`pause`) for about
+/// a microsecond, then, on an OS thread, yielding the CPU for up to 50 µs.
 ///
-/// Spinning pays when the peer is running on another CPU (it answers in well under a
-/// microsecond, and parking would cost a futex round trip plus, on an idle vCPU, ~30 µs of
-/// wake-up); it is pure loss when the peer is not running (more threads than CPUs, a loaded
-/// machine, or fibers of one scheduler). So the budget grows when a spin succeeds (to four times
-/// what it took) and halves when a spin fails; a small probe is always made. The budget is a
-/// hint: relaxed loads and stores, races only blur it.
-pub(crate) struct SpinBudget {
-    attempts: AtomicUsize,
-}
-
-impl SpinBudget {
-    pub(crate) fn new() -> SpinBudget {
-        SpinBudget {
-            attempts: AtomicUsize::new(INITIAL_ATTEMPTS),
-        }
+/// Why both: on an idle machine the peer runs on the other CPU and answers within the spin,
+/// and a `sched_yield` with nothing else to run returns in ~0.3 µs, so yielding keeps the
+/// vCPU awake (parking would let it halt, and waking a halted vCPU costs ~30 µs). When threads
+/// outnumber CPUs, the same `sched_yield` hands the CPU to another runnable thread, often the
+/// peer itself, which is what parking would achieve, without the futex round trip. A fiber
+/// neither spins long nor yields (`may_spin`/`may_yield_thread` false): its peer may be a fiber
+/// of the same scheduler, which runs only once it parks.
+#[inline]
+pub(crate) fn spin_then_yield<R>(
+    may_spin: bool,
+    may_yield_thread: bool,
+    mut attempt: impl FnMut() -> Option<R>,
+) -> Option<R> {
+    if cfg!(loom) {
+        return None;
     }
-
-    /// Retries `attempt` (after one failed try) up to the budget. Learns from the outcome.
-    #[inline]
-    pub(crate) fn spin<R>(&self, may_spin: bool, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
-        if !may_spin {
-            return None;
-        }
-        let budget = self.attempts.load(Ordering::Relaxed).max(PROBE_ATTEMPTS);
-        for k in 1..=budget {
+    if may_spin {
+        for _ in 0..SPIN_ATTEMPTS {
             for _ in 0..PAUSES_PER_ATTEMPT {
                 sync::spin_loop();
             }
             if let Some(r) = attempt() {
-                let want = (4 * k + 16).min(MAX_ATTEMPTS);
-                if want > budget {
-                    self.attempts.store(want, Ordering::Relaxed);
-                }
                 return Some(r);
             }
         }
-        self.attempts.store(budget / 2, Ordering::Relaxed);
-        None
     }
+    if may_yield_thread {
+        let start = std::time::Instant::now();
+        loop {
+            sync::thread::yield_now();
+            if let Some(r) = attempt() {
+                return Some(r);
+            }
+            if start.elapsed() >= YIELD_FOR {
+                return None;
+            }
+        }
+    }
+    None
 }

@@ -18,8 +18,11 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
+use super::backoff::spin_then_yield;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use super::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
+use super::waiter::{
+    current_may_spin, current_may_yield, Context, Operation, Selected, SyncWaitList,
+};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, UnsafeCell};
 
@@ -75,7 +78,9 @@ impl<T> Sender<T> {
         let inner = self.inner.take().expect("a sender sends once");
         // SAFETY: only the sender writes the slot, and only while the state is EMPTY (the
         // receiver reads it only after seeing FULL).
-        inner.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        inner
+            .msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: the receiver's Acquire CAS FULL -> TAKEN
         // (and the Acquire swap in `Receiver::drop`).
         match inner
@@ -122,12 +127,11 @@ impl<T> Receiver<T> {
     /// Takes the message if it is there.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         // SYNC POINT: Acquire pairs with the sender's publishing CAS.
-        match self.inner.state.compare_exchange(
-            FULL,
-            TAKEN,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        match self
+            .inner
+            .state
+            .compare_exchange(FULL, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => {
                 // SAFETY: FULL means initialised; winning the CAS made us its only reader.
                 Ok(self.inner.msg.with(|p| unsafe { p.read().assume_init() }))
@@ -159,12 +163,9 @@ impl<T> Receiver<T> {
                 Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
                 Err(TryRecvError::Empty) => None,
             };
-            if let Some(done) = attempt().or_else(|| {
-                self.inner
-                    .receiver
-                    .spin_budget()
-                    .spin(current_may_spin(), attempt)
-            }) {
+            if let Some(done) = attempt()
+                .or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), attempt))
+            {
                 return done;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -177,7 +178,7 @@ impl<T> Receiver<T> {
                 if self.inner.state.load(Ordering::Relaxed) != EMPTY {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline, None) {
+                if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline, false) {
                     self.inner.receiver.unregister(oper);
                 }
             });

@@ -185,8 +185,12 @@ impl<'a> Select<'a> {
     /// Waits until one operation is ready. Panics if the select is empty (it would never
     /// return).
     pub fn select(&mut self) -> SelectedOperation<'a> {
-        assert!(!self.handles.is_empty(), "select over no operation would wait forever");
-        self.run(Timeout::Never).expect("an untimed select returns an operation")
+        assert!(
+            !self.handles.is_empty(),
+            "select over no operation would wait forever"
+        );
+        self.run(Timeout::Never)
+            .expect("an untimed select returns an operation")
     }
 
     /// Waits at most `timeout` for an operation.
@@ -258,7 +262,7 @@ impl<'a> Select<'a> {
                     }
                 }
                 if sel == Selected::Waiting {
-                    sel = cx.wait_until(deadline, None);
+                    sel = cx.wait_until(deadline, true);
                 }
                 for h in handles.iter_mut().take(registered) {
                     let oper = Operation::hook(h);

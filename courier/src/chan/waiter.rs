@@ -11,7 +11,7 @@
 //!    changed the state either sees the entry or is seen by the re-check (a Dekker pair);
 //! 3. **park**: [`Context::wait_until`] parks until the claim word changes (or the deadline
 //!    passes, in which case it claims itself `ABORTED`). Before registering, an operation spins
-//!    on the channel within a budget learned per channel side ([`SpinBudget`]).
+//!    then yields, on the channel (`backoff::spin_then_yield`).
 //!
 //! A peer that makes the channel ready pops one entry of *another* task, claims it with one CAS
 //! (`WAITING -> Operation(op)`; a failed CAS means a `Select` was won elsewhere, so it tries the
@@ -41,7 +41,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use super::backoff::{Backoff, SpinBudget};
+use super::backoff::{spin_then_yield, Backoff};
 use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::{thread, Arc, Mutex};
 
@@ -336,12 +336,12 @@ impl Context {
     /// Waits until the context is claimed, or the deadline passes (then claims it `Aborted`,
     /// unless a peer claimed it first, whose claim is returned instead and must be honoured).
     ///
-    /// With `spin`, first spins on the claim word within that learned budget (the rendezvous
-    /// flavor, whose peer claims registered waiters); the buffered flavors spin on the channel
-    /// itself before registering, and pass `None`.
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: Option<&SpinBudget>) -> Selected {
-        if let Some(spin) = spin {
-            let claimed = spin.spin(self.may_spin(), || {
+    /// With `spin`, first spins (then yields) on the claim word: the rendezvous flavor and
+    /// `Select`, whose peers claim registered waiters. The buffered flavors spin on the channel
+    /// itself before registering, and pass `false`.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
+        if spin {
+            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
                 let sel = self.selected();
                 (sel != Selected::Waiting).then_some(sel)
             });
@@ -414,7 +414,8 @@ thread_local! {
 /// A fresh task id. Threads and scheduler tasks draw from one counter, so ids never collide.
 /// (A plain std atomic: it hands out names, it synchronises nothing.)
 fn next_task_id() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DISCONNECTED + 1);
+    static NEXT: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(DISCONNECTED + 1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -447,6 +448,20 @@ pub(crate) fn current_may_spin() -> bool {
         if !task.is_null() {
             // SAFETY: as in `Context::with`: a non-null installed pointer is live.
             return unsafe { &*task }.may_spin();
+        }
+    }
+    true
+}
+
+/// May the running task yield its OS thread while it waits? (A thread: yes; a fiber: no.)
+#[inline]
+pub(crate) fn current_may_yield() -> bool {
+    #[cfg(not(loom))]
+    {
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
+            return unsafe { &*task }.may_yield_thread();
         }
     }
     true
@@ -616,8 +631,6 @@ impl WaitList {
 pub(crate) struct SyncWaitList {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
-    /// How long this side spins before registering.
-    spin: SpinBudget,
 }
 
 impl SyncWaitList {
@@ -625,14 +638,7 @@ impl SyncWaitList {
         SyncWaitList {
             list: Mutex::new(WaitList::new()),
             is_empty: AtomicBool::new(true),
-            spin: SpinBudget::new(),
         }
-    }
-
-    /// The spin budget of the tasks waiting on this side.
-    #[inline]
-    pub(crate) fn spin_budget(&self) -> &SpinBudget {
-        &self.spin
     }
 
     /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is
@@ -666,15 +672,43 @@ impl SyncWaitList {
         }
     }
 
+    /// Like [`notify`](Self::notify), and runs `help` on the claimed entry before waking its
+    /// task (outside the lock): the bounded flavor uses it to move a blocked sender's message
+    /// into the slot that just freed up.
+    #[inline]
+    pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
+        // SYNC POINT: as in `notify`.
+        fence(Ordering::SeqCst);
+        if !self.is_empty.load(Ordering::Relaxed) {
+            self.notify_slow_with(help);
+        }
+    }
+
     #[cold]
     fn notify_slow(&self) {
+        self.notify_slow_with(|_| {});
+    }
+
+    #[cold]
+    fn notify_slow_with(&self, help: impl FnOnce(&Entry)) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let entry = list.try_select();
         self.is_empty.store(list.is_empty(), Ordering::Relaxed);
         drop(list);
         if let Some(entry) = entry {
+            help(&entry);
             entry.cx.unpark();
         }
+    }
+
+    /// Registers `oper` with a hand-off packet (see [`notify_with`](Self::notify_with)).
+    pub(crate) fn register_with_packet(&self, oper: Operation, packet: *mut (), cx: &Context) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.register_with_packet(oper, packet, cx);
+        self.is_empty.store(false, Ordering::Relaxed);
+        drop(list);
+        // SYNC POINT: as in `register`.
+        fence(Ordering::SeqCst);
     }
 
     /// Wakes every waiting task with `Disconnected`. Takes the lock unconditionally: the caller
@@ -693,10 +727,6 @@ impl SyncWaitList {
 
 impl Drop for SyncWaitList {
     fn drop(&mut self) {
-        debug_assert!(self
-            .list
-            .get_mut()
-            .map(|l| l.is_empty())
-            .unwrap_or(true));
+        debug_assert!(self.list.get_mut().map(|l| l.is_empty()).unwrap_or(true));
     }
 }

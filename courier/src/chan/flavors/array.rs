@@ -30,11 +30,14 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
+use crate::chan::backoff::spin_then_yield;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
-use crate::sync::atomic::{fence, AtomicUsize, Ordering};
+use crate::chan::waiter::{
+    current_may_spin, current_may_yield, Context, Entry, Operation, Selected, SyncWaitList,
+};
+use crate::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
 /// One slot of the ring.
@@ -64,6 +67,35 @@ impl Default for ArrayToken {
     }
 }
 
+/// A blocked sender's message, on its stack, for a receiver to hand off into a freed slot.
+struct SendPacket<T> {
+    /// Initialised while `state` is PENDING (and after RETRY: the sender takes it back).
+    msg: UnsafeCell<MaybeUninit<T>>,
+    state: AtomicU8,
+}
+
+/// The sender waits; its message is in the packet.
+const PENDING: u8 = 0;
+/// A receiver moved the message into the channel: the send is complete.
+const DELIVERED: u8 = 1;
+/// A receiver claimed the sender but found no room: the sender retries with its message.
+const RETRY: u8 = 2;
+
+impl<T> SendPacket<T> {
+    /// Waits (briefly: the claimer is running) until a claimer has decided.
+    fn wait(&self, may_yield: bool) -> u8 {
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: partner: the Release store in `Channel::hand_off`.
+            let state = self.state.load(Ordering::Acquire);
+            if state != PENDING {
+                return state;
+            }
+            backoff.snooze(may_yield);
+        }
+    }
+}
+
 /// A bounded channel of capacity `cap ≥ 1`.
 pub(crate) struct Channel<T> {
     /// Position of the next receive: `{lap, index}`.
@@ -88,7 +120,10 @@ pub(crate) struct Channel<T> {
 
 impl<T> Channel<T> {
     pub(crate) fn with_capacity(cap: usize) -> Self {
-        assert!(cap > 0, "an array channel has room for at least one message");
+        assert!(
+            cap > 0,
+            "an array channel has room for at least one message"
+        );
         let mark_bit = (cap + 1).next_power_of_two();
         let one_lap = mark_bit * 2;
         // Slot `i` starts free for the sender at position {lap 0, index i}, whose word is `i`.
@@ -188,7 +223,8 @@ impl<T> Channel<T> {
         let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
         // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
         // until it publishes the stamp below.
-        slot.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        slot.msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `start_recv`.
         slot.stamp.store(token.array.stamp, Ordering::Release);
         self.receivers.notify();
@@ -267,7 +303,7 @@ impl<T> Channel<T> {
         // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
         // `start_send`.
         slot.stamp.store(token.array.stamp, Ordering::Release);
-        self.senders.notify();
+        self.senders.notify_with(|entry| self.hand_off(entry));
         Ok(msg)
     }
 
@@ -283,16 +319,19 @@ impl<T> Channel<T> {
         }
     }
 
-    pub(crate) fn send(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        mut msg: T,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a receiver is about to make room.
             if self.start_send(token)
-                || self
-                    .senders
-                    .spin_budget()
-                    .spin(current_may_spin(), || self.start_send(token).then_some(()))
-                    .is_some()
+                || spin_then_yield(current_may_spin(), current_may_yield(), || {
+                    self.start_send(token).then_some(())
+                })
+                .is_some()
             {
                 // SAFETY: `start_send` returned true for this token.
                 return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
@@ -302,22 +341,66 @@ impl<T> Channel<T> {
                     return Err(SendTimeoutError::Timeout(msg));
                 }
             }
-            // Register, re-check, park.
-            Context::with(|cx| {
+            // Register (with the message in a hand-off packet), re-check, park.
+            let packet = SendPacket {
+                msg: UnsafeCell::new(MaybeUninit::new(msg)),
+                state: AtomicU8::new(PENDING),
+            };
+            let delivered = Context::with(|cx| {
                 let oper = Operation::hook(token);
-                self.senders.register(oper, cx);
+                self.senders.register_with_packet(
+                    oper,
+                    &packet as *const SendPacket<T> as *mut (),
+                    cx,
+                );
                 if !self.is_full() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline, None) {
+                match cx.wait_until(deadline, false) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.senders.unregister(oper);
+                        false
                     }
-                    // A receiver made room and took our entry: retry.
-                    Selected::Operation(_) | Selected::Waiting => {}
+                    // A receiver made room and claimed us: it moved the message into the slot
+                    // it freed (DELIVERED), or could not (RETRY).
+                    Selected::Operation(_) | Selected::Waiting => {
+                        packet.wait(cx.may_yield_thread()) == DELIVERED
+                    }
                 }
             });
+            if delivered {
+                return Ok(());
+            }
+            // SAFETY: not delivered: no one else touches the packet any more, and its message
+            // is still initialised (only a DELIVERED hand-off moves it out).
+            msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
         }
+    }
+
+    /// Run by a receiver that freed a slot and claimed a blocked sender (outside the list lock,
+    /// before waking it): moves the sender's message into a slot, so the channel is full again
+    /// at once and the next receiver need not wait for the sender to be scheduled (Go's
+    /// `chanrecv` does the same with a waiting sender's value).
+    fn hand_off(&self, entry: &Entry) {
+        if entry.packet.is_null() {
+            return; // a `Select`'s registration: it only wants waking
+        }
+        // SAFETY: a packet registered by `send` lives on the blocked sender's stack until its
+        // state leaves PENDING; we claimed the sender, so we are the only one touching it.
+        let packet = unsafe { &*(entry.packet as *const SendPacket<T>) };
+        let mut token = Token::default();
+        let state = if self.start_send(&mut token) && !token.array.slot.is_null() {
+            // SAFETY: PENDING packets hold an initialised message; we move it out once.
+            let msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
+            // SAFETY: `start_send` reserved a slot for this token.
+            let written = unsafe { self.write(&mut token, msg) };
+            debug_assert!(written.is_ok());
+            DELIVERED
+        } else {
+            RETRY
+        };
+        // SYNC POINT: hands the packet back. Partner: the Acquire load in `SendPacket::wait`.
+        packet.state.store(state, Ordering::Release);
     }
 
     pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
@@ -335,11 +418,10 @@ impl<T> Channel<T> {
         loop {
             // Fast path, then a spin while a sender is about to deliver.
             if self.start_recv(token)
-                || self
-                    .receivers
-                    .spin_budget()
-                    .spin(current_may_spin(), || self.start_recv(token).then_some(()))
-                    .is_some()
+                || spin_then_yield(current_may_spin(), current_may_yield(), || {
+                    self.start_recv(token).then_some(())
+                })
+                .is_some()
             {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
@@ -355,7 +437,7 @@ impl<T> Channel<T> {
                 if !self.is_empty() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline, None) {
+                match cx.wait_until(deadline, false) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.receivers.unregister(oper);
                     }

@@ -32,10 +32,13 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
+use crate::chan::backoff::spin_then_yield;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{current_may_spin, Context, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{
+    current_may_spin, current_may_yield, Context, Operation, Selected, SyncWaitList,
+};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -272,7 +275,8 @@ impl<T> Channel<T> {
         // SAFETY: the block cannot be freed before this slot is read, which waits for WRITE.
         let slot = unsafe { &(*block).slots[token.list.offset] };
         // SAFETY: the `tail` CAS gave this sender the slot exclusively until WRITE is set.
-        slot.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        slot.msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: `Slot::wait_write`.
         slot.state.fetch_or(WRITE, Ordering::Release);
         self.receivers.notify();
@@ -381,7 +385,11 @@ impl<T> Channel<T> {
         })
     }
 
-    pub(crate) fn send(&self, msg: T, _deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        msg: T,
+        _deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         self.start_send(token);
         // SAFETY: `start_send` always succeeds, once for this token.
@@ -403,11 +411,10 @@ impl<T> Channel<T> {
         loop {
             // Fast path, then a spin while a sender is about to deliver.
             if self.start_recv(token)
-                || self
-                    .receivers
-                    .spin_budget()
-                    .spin(current_may_spin(), || self.start_recv(token).then_some(()))
-                    .is_some()
+                || spin_then_yield(current_may_spin(), current_may_yield(), || {
+                    self.start_recv(token).then_some(())
+                })
+                .is_some()
             {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
@@ -423,7 +430,7 @@ impl<T> Channel<T> {
                 if !self.is_empty() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline, None) {
+                match cx.wait_until(deadline, false) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.receivers.unregister(oper);
                     }

@@ -4,7 +4,7 @@
 //!
 //! | flavor | file | algorithm |
 //! | --- | --- | --- |
-//! | `bounded(n)`, n ≥ 1 | [`array`] | Vyukov's bounded MPMC array queue (a stamp per slot) |
+//! | `bounded(n)`, n ≥ 1 | [`array`](mod@array) | Vyukov's bounded MPMC array queue (a stamp per slot) |
 //! | `unbounded()` | [`list`] | a linked list of fixed-size blocks, one CAS per message |
 //! | `bounded(0)` | [`zero`] | rendezvous: a direct hand-off between a sender and a receiver |
 //!

@@ -16,7 +16,7 @@
 use std::ptr;
 use std::time::Instant;
 
-use crate::chan::backoff::{Backoff, SpinBudget};
+use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::waiter::{Context, Operation, Selected, WaitList};
@@ -85,8 +85,6 @@ struct Inner {
 /// A rendezvous channel.
 pub(crate) struct Channel<T> {
     inner: Mutex<Inner>,
-    /// How long a registered operation spins on its claim word before parking.
-    spin: SpinBudget,
     _marker: std::marker::PhantomData<T>,
 }
 
@@ -98,7 +96,6 @@ impl<T> Channel<T> {
                 receivers: WaitList::new(),
                 is_disconnected: false,
             }),
-            spin: SpinBudget::new(),
             _marker: std::marker::PhantomData,
         }
     }
@@ -195,7 +192,10 @@ impl<T> Channel<T> {
             packet.wait_ready(true);
             // SAFETY: `ready` was set, so the writer is done; we own the heap packet now.
             let packet = unsafe { Box::from_raw(packet_ptr) };
-            Ok(packet.msg.into_inner().expect("a ready packet holds a message"))
+            Ok(packet
+                .msg
+                .into_inner()
+                .expect("a ready packet holds a message"))
         }
     }
 
@@ -211,7 +211,11 @@ impl<T> Channel<T> {
         }
     }
 
-    pub(crate) fn send(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        msg: T,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         let mut inner = self.lock();
         if let Some(entry) = inner.receivers.try_select() {
@@ -230,13 +234,11 @@ impl<T> Channel<T> {
         Context::with(|cx| {
             let oper = Operation::hook(token);
             let packet = Packet::message_on_stack(msg);
-            inner.senders.register_with_packet(
-                oper,
-                &packet as *const Packet<T> as *mut (),
-                cx,
-            );
+            inner
+                .senders
+                .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            match cx.wait_until(deadline, Some(&self.spin)) {
+            match cx.wait_until(deadline, true) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
                     self.lock().senders.unregister(oper);
@@ -289,13 +291,11 @@ impl<T> Channel<T> {
         Context::with(|cx| {
             let oper = Operation::hook(token);
             let packet = Packet::<T>::empty_on_stack();
-            inner.receivers.register_with_packet(
-                oper,
-                &packet as *const Packet<T> as *mut (),
-                cx,
-            );
+            inner
+                .receivers
+                .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            match cx.wait_until(deadline, Some(&self.spin)) {
+            match cx.wait_until(deadline, true) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
                     Err(RecvTimeoutError::Timeout)
