@@ -436,20 +436,23 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
     elapsed
 }
 
-/// Times `run` (which moves `messages` messages and returns the time it took, clocked from the
-/// moment its threads were released) once untimed and `samples` times timed, and records
-/// `msg_ns` (per message) and `msgs_per_s` for `subject` in `case`.
+/// Messages in the untimed warm-up run of every case.
+const WARM_UP: usize = 20_000;
+
+/// Runs `run(m)` (which moves `m` messages and returns the time it took, clocked by the threads
+/// themselves) once untimed with a few messages, then `samples` times with `messages`, and
+/// records `msg_ns` (per message) and `msgs_per_s` for `subject` in `case`.
 pub(crate) fn measure(
     ctx: &mut Ctx<'_>,
     case: &Case,
     subject: &str,
     samples: usize,
     messages: usize,
-    mut run: impl FnMut() -> Option<Duration>,
+    mut run: impl FnMut(usize) -> Option<Duration>,
 ) {
     ctx.status(format!("{} · {subject}", case.name()));
     let warm_up = Instant::now();
-    if run().is_none() {
+    if run(messages.min(WARM_UP)).is_none() {
         // The subject cannot express this case, or got stuck (see `run_threads`).
         if warm_up.elapsed() >= STUCK {
             ctx.note(format!(
@@ -461,7 +464,7 @@ pub(crate) fn measure(
     }
     let mut ns = Vec::with_capacity(samples);
     for _ in 0..samples {
-        match run() {
+        match run(messages) {
             Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
             None => {
                 ctx.note(format!(
@@ -481,45 +484,47 @@ fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
     let t = THREADS;
     let label = kind.label();
     let case = |scenario: &str| Case::new(format!("{scenario}_{label}"));
+    // Counts divisible by T, so every thread moves the same number of messages.
+    let n = n / t * t;
     if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
-        measure(ctx, &case("seq"), P::NAME, samples, n, || {
-            Some(seq::<P>(kind, n))
+        measure(ctx, &case("seq"), P::NAME, samples, n, |m| {
+            Some(seq::<P>(kind, m))
         });
     }
-    measure(ctx, &case("spsc"), P::NAME, samples, n, || {
-        xpxc::<P>(kind, n, 1, 1)
+    measure(ctx, &case("spsc"), P::NAME, samples, n, |m| {
+        xpxc::<P>(kind, m, 1, 1)
     });
     measure(
         ctx,
         &case("mpsc").tasks(t as u64),
         P::NAME,
         samples,
-        n / t * t,
-        || xpxc::<P>(kind, n, t, 1),
+        n,
+        |m| xpxc::<P>(kind, m, t, 1),
     );
     measure(
         ctx,
         &case("mpmc").tasks(2 * t as u64),
         P::NAME,
         samples,
-        n / t * t,
-        || xpxc::<P>(kind, n, t, t),
+        n,
+        |m| xpxc::<P>(kind, m, t, t),
     );
     measure(
         ctx,
         &case("select_rx").tasks(t as u64 + 1),
         P::NAME,
         samples,
-        n / t * t,
-        || select_rx::<P>(kind, n),
+        n,
+        |m| select_rx::<P>(kind, m),
     );
     measure(
         ctx,
         &case("select_both").tasks(2 * t as u64),
         P::NAME,
         samples,
-        n / t * t,
-        || select_both::<P>(kind, n),
+        n,
+        |m| select_both::<P>(kind, m),
     );
 }
 
@@ -529,7 +534,9 @@ const MESSAGES: (usize, usize) = (20_000, 1_000_000);
 /// `courier-bench chan`: every scenario × flavor × subject.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let n = ctx.pick(MESSAGES.0, MESSAGES.1);
-    let samples = ctx.samples(3, 3);
+    // --full: one sample of a million, as the seed's benchmark runs (the slowest peers take
+    // over 30 s per million when every message wakes a sleeping thread).
+    let samples = ctx.samples(3, 1);
     for kind in [
         Kind::Bounded0,
         Kind::Bounded1,
@@ -539,8 +546,8 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         cases_for::<Courier>(ctx, kind, n, samples);
         if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
             let case = Case::new(format!("seq_{}", kind.label()));
-            measure(ctx, &case, "courier-local", samples, n, || {
-                Some(seq_local(kind, n))
+            measure(ctx, &case, "courier-local", samples, n, |m| {
+                Some(seq_local(kind, m))
             });
         }
         cases_for::<Crossbeam>(ctx, kind, n, samples);
@@ -548,10 +555,40 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         cases_for::<StdMpsc>(ctx, kind, n, samples);
     }
     ctx.note(format!(
-        "{n} messages per sample, {samples} samples (+1 warm-up); T = {THREADS} threads per side; \
+        "{n} messages per sample, {samples} sample(s) after a warm-up of {WARM_UP}; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");
     ctx.note("flume: select_both left out: its Selector with send arms deadlocked in every trial");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every scenario completes for courier on every flavor, and the peers' unsupported cases
+    /// say so (a smoke test: timings are not checked).
+    #[test]
+    fn every_scenario_completes() {
+        let n = 400;
+        for kind in [
+            Kind::Bounded0,
+            Kind::Bounded1,
+            Kind::BoundedN(n),
+            Kind::Unbounded,
+        ] {
+            assert!(xpxc::<Courier>(kind, n, 1, 1).is_some());
+            assert!(xpxc::<Courier>(kind, n, THREADS, 1).is_some());
+            assert!(xpxc::<Courier>(kind, n, THREADS, THREADS).is_some());
+            assert!(select_rx::<Courier>(kind, n).is_some());
+            assert!(select_both::<Courier>(kind, n).is_some());
+            assert!(select_rx::<Crossbeam>(kind, n).is_some());
+            assert!(xpxc::<StdMpsc>(kind, n, THREADS, THREADS).is_none());
+            assert!(select_rx::<StdMpsc>(kind, n).is_none());
+            assert!(select_both::<Flume>(kind, n).is_none());
+        }
+        seq::<Courier>(Kind::Unbounded, n);
+        seq_local(Kind::BoundedN(n), n);
+    }
 }

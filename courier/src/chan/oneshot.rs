@@ -85,7 +85,7 @@ impl<T> Sender<T> {
         // (and the Acquire swap in `Receiver::drop`).
         match inner
             .state
-            .compare_exchange(EMPTY, FULL, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(EMPTY, FULL, Ordering::SeqCst, Ordering::Acquire)
         {
             Ok(_) => {
                 inner.receiver.notify();
@@ -175,7 +175,9 @@ impl<T> Receiver<T> {
             Context::with(|cx| {
                 let oper = Operation::hook(&mut hook);
                 self.inner.receiver.register(oper, cx);
-                if self.inner.state.load(Ordering::Relaxed) != EMPTY {
+                // SYNC POINT: SeqCst re-check; partner: the sender's SeqCst CAS (see
+                // `SyncWaitList::register`).
+                if self.inner.state.load(Ordering::SeqCst) != EMPTY {
                     let _ = cx.try_select(Selected::Aborted);
                 }
                 if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline, false) {

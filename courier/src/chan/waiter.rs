@@ -42,7 +42,9 @@ use std::fmt;
 use std::time::Instant;
 
 use super::backoff::{spin_then_yield, Backoff};
-use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+#[cfg(loom)]
+use crate::sync::atomic::fence;
+use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::{thread, Arc, Mutex};
 
 // ===== Park: the seam =====
@@ -646,28 +648,31 @@ impl SyncWaitList {
     pub(crate) fn register(&self, oper: Operation, cx: &Context) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         list.register(oper, cx);
-        self.is_empty.store(false, Ordering::Relaxed);
+        // SYNC POINT: waiter side of a Dekker pair: [store `is_empty = false` (SeqCst); caller
+        // re-checks the channel with SeqCst loads] against the notifier's [change the channel
+        // with a SeqCst RMW (the head/tail CAS); load `is_empty` (SeqCst)]. All four are in the
+        // single SeqCst order, so at least one side sees the other's write: no lost wake-up.
+        self.is_empty.store(false, Ordering::SeqCst);
         drop(list);
-        // SYNC POINT: waiter side of the Dekker pair. [entry visible; fence; caller re-checks the
-        // channel] against `notify`'s [channel changed; fence; read `is_empty`]: with both fences
-        // SeqCst, at least one side sees the other's write, so no wake-up is lost.
-        fence(Ordering::SeqCst);
+        loom_seqcst_fence();
     }
 
     /// Removes `oper` if a peer did not already take it.
     pub(crate) fn unregister(&self, oper: Operation) -> Option<Entry> {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let entry = list.unregister(oper);
-        self.is_empty.store(list.is_empty(), Ordering::Relaxed);
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
         entry
     }
 
     /// Wakes one waiting task, if any. Called after every change that may let a waiter proceed.
     #[inline]
     pub(crate) fn notify(&self) {
-        // SYNC POINT: notifier side of the Dekker pair; partner: the fence in `register`.
-        fence(Ordering::SeqCst);
-        if !self.is_empty.load(Ordering::Relaxed) {
+        // SYNC POINT: notifier side of the Dekker pair; partner: the SeqCst store in `register`.
+        // The caller changed the channel with a SeqCst RMW before (x86: this load is a plain
+        // `mov`, no fence on the fast path).
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) {
             self.notify_slow();
         }
     }
@@ -678,8 +683,8 @@ impl SyncWaitList {
     #[inline]
     pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
         // SYNC POINT: as in `notify`.
-        fence(Ordering::SeqCst);
-        if !self.is_empty.load(Ordering::Relaxed) {
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) {
             self.notify_slow_with(help);
         }
     }
@@ -693,7 +698,7 @@ impl SyncWaitList {
     fn notify_slow_with(&self, help: impl FnOnce(&Entry)) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let entry = list.try_select();
-        self.is_empty.store(list.is_empty(), Ordering::Relaxed);
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
         drop(list);
         if let Some(entry) = entry {
             help(&entry);
@@ -705,10 +710,10 @@ impl SyncWaitList {
     pub(crate) fn register_with_packet(&self, oper: Operation, packet: *mut (), cx: &Context) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         list.register_with_packet(oper, packet, cx);
-        self.is_empty.store(false, Ordering::Relaxed);
-        drop(list);
         // SYNC POINT: as in `register`.
-        fence(Ordering::SeqCst);
+        self.is_empty.store(false, Ordering::SeqCst);
+        drop(list);
+        loom_seqcst_fence();
     }
 
     /// Wakes every waiting task with `Disconnected`. Takes the lock unconditionally: the caller
@@ -717,12 +722,21 @@ impl SyncWaitList {
     pub(crate) fn disconnect(&self) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let woken = list.disconnect();
-        self.is_empty.store(list.is_empty(), Ordering::Relaxed);
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
         drop(list);
         for cx in woken {
             cx.unpark();
         }
     }
+}
+
+/// loom treats SeqCst loads and stores as AcqRel (its README, "Unsupported features"), which
+/// would let the models lose wake-ups the SeqCst order forbids; a SeqCst fence, which loom does
+/// model, restores that order in the models. Real builds rely on the SeqCst accesses alone.
+#[inline(always)]
+fn loom_seqcst_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
 }
 
 impl Drop for SyncWaitList {

@@ -14,8 +14,8 @@
 //!  | slot 0 .. BLOCK_CAP-1 |---->| ...               |----> null
 //!  +-------------------+       +-------------------+
 //!
-//!  positions (head.index, tail.index):   bits 63..1 = position, bit 0 = MARK (tail only:
-//!  disconnected). A position p lives in slot (p % LAP) of its block; offset LAP-1 = BLOCK_CAP is
+//!  positions (head.index, tail.index):   bits 63..1 = position; bit 0 = MARK_BIT in tail
+//!  (disconnected), HAS_NEXT in head (tail is in a later block). A position p lives in slot (p % LAP) of its block; offset LAP-1 = BLOCK_CAP is
 //!  never a slot: a position there means "the next block is being installed".
 //! ```
 //!
@@ -54,6 +54,9 @@ const BLOCK_CAP: usize = LAP - 1;
 const SHIFT: usize = 1;
 /// `tail.index` bit 0: the channel is disconnected.
 const MARK_BIT: usize = 1;
+/// `head.index` bit 0: `tail` is known to be in a later block than `head` (crossbeam's trick to
+/// keep receivers off the tail's cache line while the queue is long).
+const HAS_NEXT: usize = 1;
 
 /// Slot state bits.
 const WRITE: usize = 1;
@@ -297,16 +300,25 @@ impl<T> Channel<T> {
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
             }
-            // SYNC POINT: orders our view of `head` before the `tail` load; partner: the SeqCst
-            // CAS on `tail.index` in `start_send` and the disconnect RMW.
-            fence(Ordering::SeqCst);
-            let tail = self.tail.index.load(Ordering::Relaxed);
-            if head >> SHIFT == tail >> SHIFT {
-                if tail & MARK_BIT != 0 {
-                    token.list.block = ptr::null();
-                    return true;
+            let mut new_head = head + (1 << SHIFT);
+            // HAS_NEXT set: `tail` is in a later block, so this position holds a message (or
+            // will, once its sender writes): no need to read `tail`, the line every sender
+            // writes.
+            if head & HAS_NEXT == 0 {
+                // SYNC POINT: orders our view of `head` before the `tail` load; partner: the
+                // SeqCst CAS on `tail.index` in `start_send` and the disconnect RMW.
+                fence(Ordering::SeqCst);
+                let tail = self.tail.index.load(Ordering::Relaxed);
+                if head >> SHIFT == tail >> SHIFT {
+                    if tail & MARK_BIT != 0 {
+                        token.list.block = ptr::null();
+                        return true;
+                    }
+                    return false;
                 }
-                return false;
+                if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
+                    new_head |= HAS_NEXT;
+                }
             }
             if block.is_null() {
                 // The first sender is installing the first block.
@@ -315,7 +327,6 @@ impl<T> Channel<T> {
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
             }
-            let new_head = head + (1 << SHIFT);
             match self.head.index.compare_exchange_weak(
                 head,
                 new_head,
@@ -327,12 +338,16 @@ impl<T> Channel<T> {
                         // We took the block's last slot: move `head` to the next block.
                         // SAFETY: the block is live until its last slot (ours) is read.
                         let next = unsafe { (*block).wait_next() };
+                        let mut next_index = (new_head & !HAS_NEXT).wrapping_add(1 << SHIFT);
+                        // SAFETY: `next` was linked by a sender; blocks are freed only after
+                        // `head` has left them.
+                        if !unsafe { (*next).next.load(Ordering::Relaxed) }.is_null() {
+                            next_index |= HAS_NEXT;
+                        }
                         self.head.block.store(next, Ordering::Release);
                         // SYNC POINT: the index store releases the block store above to the
                         // other receivers' Acquire loads of `head.index`.
-                        self.head
-                            .index
-                            .store(new_head.wrapping_add(1 << SHIFT), Ordering::Release);
+                        self.head.index.store(next_index, Ordering::Release);
                     }
                     token.list.block = block as *const u8;
                     token.list.offset = offset;
@@ -449,6 +464,7 @@ impl<T> Channel<T> {
             let mut head = self.head.index.load(Ordering::SeqCst);
             if self.tail.index.load(Ordering::SeqCst) == tail {
                 tail &= !MARK_BIT;
+                head &= !HAS_NEXT;
                 // Count phantom positions as the next block's first slot.
                 if (tail >> SHIFT) % LAP == BLOCK_CAP {
                     tail = tail.wrapping_add(1 << SHIFT);
@@ -538,7 +554,7 @@ impl<T> Channel<T> {
             // SAFETY: the last (partially used) block; nothing references it any more.
             drop(unsafe { Box::from_raw(block) });
         }
-        self.head.index.store(head & !MARK_BIT, Ordering::Release);
+        self.head.index.store(head & !HAS_NEXT, Ordering::Release);
     }
 
     // ===== select support =====
@@ -556,7 +572,7 @@ impl<T> Channel<T> {
 impl<T> Drop for Channel<T> {
     fn drop(&mut self) {
         // Exclusive access: drop what is left, free the blocks.
-        let mut head = self.head.index.load(Ordering::Relaxed) & !MARK_BIT;
+        let mut head = self.head.index.load(Ordering::Relaxed) & !HAS_NEXT;
         let tail = self.tail.index.load(Ordering::Relaxed) & !MARK_BIT;
         let mut block = self.head.block.load(Ordering::Relaxed);
         while head != tail {
