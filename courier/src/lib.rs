@@ -49,3 +49,4 @@
 pub mod buf;
 pub mod chan;
 pub mod ipc;
+mod sync;

@@ -79,9 +79,11 @@
 //! many times courier is ahead of it, the floor's is how far courier is from
 //! the limit (see `harness::report`).
 
+pub mod chan;
 pub mod floor;
 pub mod ipc;
 pub mod iter;
+pub mod ring;
 pub mod send;
 pub mod serde;
 
@@ -145,6 +147,18 @@ pub static SUITES: &[Suite] = &[
         about: "The wire format, chosen by measurement: postcard (courier) against bitcode",
         args: no_args,
         run: serde::run,
+    },
+    Suite {
+        name: "ring",
+        about: "Seed 003: a ring of N threads (2, 4, 16) passing 1M messages over bounded(1), unbounded, bounded(0); plus chan::local in one thread",
+        args: no_args,
+        run: ring::run,
+    },
+    Suite {
+        name: "chan",
+        about: "crossbeam-channel's scenarios (seq, spsc, mpsc, mpmc, select) on bounded(0), bounded(1), bounded(N), unbounded",
+        args: no_args,
+        run: chan::run,
     },
 ];
 

@@ -1,1 +1,496 @@
-//! In-process channels (seed 003).
+//! In-process channels: lock-free MPMC queues whose blocking parks a thread or a fiber.
+//!
+//! ```
+//! use courier::chan;
+//! use std::thread;
+//!
+//! // A bounded channel: `send` waits while it is full.
+//! let (tx, rx) = chan::bounded(16);
+//! let producers: Vec<_> = (0..4)
+//!     .map(|p| {
+//!         let tx = tx.clone();
+//!         thread::spawn(move || (0..100).for_each(|i| tx.send(p * 1000 + i).unwrap()))
+//!     })
+//!     .collect();
+//! drop(tx); // the channel disconnects once every sender is gone...
+//! let total: usize = rx.iter().count(); // ...so this loop ends
+//! assert_eq!(total, 400);
+//! producers.into_iter().for_each(|t| t.join().unwrap());
+//! ```
+//!
+//! # Flavors
+//!
+//! | constructor | algorithm | blocking `send` | memory |
+//! | --- | --- | --- | --- |
+//! | [`bounded(n)`](bounded), n ≥ 1 | Vyukov's array queue (`flavors/array.rs`) | while full | `n` slots, allocated once |
+//! | [`unbounded()`](unbounded) | linked list of 31-slot blocks (`flavors/list.rs`) | never | one block per 31 messages |
+//! | [`bounded(0)`](bounded) | rendezvous (`flavors/zero.rs`) | until a receiver takes it | none |
+//! | [`oneshot()`](oneshot()) | one slot, one message | never | one slot |
+//! | [`local::channel()`](local) | `VecDeque` in a `RefCell`, `!Send`, no atomics | (fibers only) | grows |
+//!
+//! Every flavor is multi-producer multi-consumer: [`Sender`] and [`Receiver`] are `Clone`, `Send`
+//! and `Sync` (for `T: Send`). Each channel synchronises on its own state only; there is no
+//! global lock, and the buffered flavors take no lock at all unless an operation has to wait.
+//!
+//! # Cost model
+//!
+//! - A `send`/`recv` that does not wait is one CAS on the channel's tail/head, one store of the
+//!   slot's stamp, and one fence plus one load to see whether a peer waits (`bounded`,
+//!   `unbounded`). Nothing allocates except the unbounded flavor, once per 31 messages.
+//! - An operation that must wait spins on the channel for a few hundred nanoseconds, yields its
+//!   CPU a few times (threads only), registers itself, re-checks, and parks (see
+//!   `waiter.rs`). Waking a parked thread costs a futex wake; a waker that finds nobody
+//!   registered pays nothing more.
+//! - A rendezvous (`bounded(0)`) takes the channel's mutex for every operation.
+//!
+//! # Disconnection
+//!
+//! A channel is disconnected when all its senders or all its receivers are dropped. Receivers
+//! still get every message sent before, then `Err(RecvError)` (or `Disconnected`); a send
+//! fails with the message handed back: `SendError(msg)`. Dropping the last handle drops every
+//! message still queued, exactly once (the unbounded flavor drops them as soon as the last
+//! receiver is gone).
+//!
+//! # Blocking a fiber
+//!
+//! Blocking goes through one protocol (register, re-check, park) and one seam, [`Park`]: by
+//! default an operation parks the OS thread; a scheduler that installs a [`TaskContext`] while
+//! it runs a fiber makes the same operations park that fiber instead. Finding the current task
+//! is one thread-local load.
+//!
+//! # Ordering
+//!
+//! Messages of one sender are received in the order it sent them; no message is lost or
+//! received twice.
+
+mod backoff;
+mod err;
+pub(crate) mod flavors;
+pub mod local;
+pub mod oneshot;
+mod select;
+mod waiter;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::Arc;
+use flavors::{array, list, zero, Token};
+
+pub use err::{
+    RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySelectError,
+    TrySendError,
+};
+pub use oneshot::oneshot;
+pub use select::{Select, SelectedOperation};
+pub use waiter::{Park, TaskContext};
+
+/// A channel of capacity `cap`: `bounded(0)` is a rendezvous channel.
+///
+/// ```
+/// let (tx, rx) = courier::chan::bounded(1);
+/// tx.send(1).unwrap();
+/// assert!(tx.try_send(2).unwrap_err().is_full());
+/// assert_eq!(rx.recv(), Ok(1));
+/// ```
+pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    let flavor =
+        if cap == 0 { Flavor::Zero(zero::Channel::new()) } else { Flavor::Array(array::Channel::with_capacity(cap)) };
+    Chan::pair(flavor)
+}
+
+/// A channel without a capacity limit: `send` never waits.
+///
+/// ```
+/// let (tx, rx) = courier::chan::unbounded();
+/// for i in 0..100 { tx.send(i).unwrap(); }
+/// drop(tx);
+/// assert_eq!(rx.iter().sum::<i32>(), 4950);
+/// ```
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    Chan::pair(Flavor::List(list::Channel::new()))
+}
+
+/// The algorithm behind a channel, chosen at construction (one file each in `flavors/`).
+enum Flavor<T> {
+    Array(array::Channel<T>),
+    List(list::Channel<T>),
+    Zero(zero::Channel<T>),
+}
+
+/// A channel and the number of handles on each side.
+struct Chan<T> {
+    senders: AtomicUsize,
+    receivers: AtomicUsize,
+    flavor: Flavor<T>,
+}
+
+impl<T> Chan<T> {
+    fn pair(flavor: Flavor<T>) -> (Sender<T>, Receiver<T>) {
+        let chan = Arc::new(Chan { senders: AtomicUsize::new(1), receivers: AtomicUsize::new(1), flavor });
+        (Sender { chan: Arc::clone(&chan) }, Receiver { chan })
+    }
+}
+
+/// Guards a handle count against overflow (as `Arc` does): abort rather than wrap.
+#[inline]
+fn acquire_handle(count: &AtomicUsize) {
+    // Relaxed: a new handle is made from an existing one, which keeps the channel alive.
+    if count.fetch_add(1, Ordering::Relaxed) > isize::MAX as usize {
+        std::process::abort();
+    }
+}
+
+/// `now + timeout`, or `None` (wait forever) if that overflows `Instant`.
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+// ===== Sender =====
+
+/// The sending side of a channel. `Clone` to get more senders.
+pub struct Sender<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Sends without waiting: fails with `Full` if there is no room (for `bounded(0)`: no
+    /// receiver waiting), `Disconnected` if every receiver is gone.
+    pub fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.try_send(msg),
+            Flavor::List(c) => c.try_send(msg),
+            Flavor::Zero(c) => c.try_send(msg),
+        }
+    }
+
+    /// Sends, waiting for room if the channel is full. Fails only if every receiver is gone.
+    pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
+        self.send_impl(msg, None).map_err(|e| match e {
+            SendTimeoutError::Disconnected(m) => SendError(m),
+            SendTimeoutError::Timeout(_) => unreachable!("no deadline, no timeout"),
+        })
+    }
+
+    /// Sends, waiting at most `timeout` for room.
+    pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        self.send_impl(msg, deadline_after(timeout))
+    }
+
+    /// Sends, waiting until `deadline` at the latest for room.
+    pub fn send_deadline(&self, msg: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
+        self.send_impl(msg, Some(deadline))
+    }
+
+    #[inline]
+    fn send_impl(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.send(msg, deadline),
+            Flavor::List(c) => c.send(msg, deadline),
+            Flavor::Zero(c) => c.send(msg, deadline),
+        }
+    }
+
+    /// Completes a send that `start_send` (or a select) reserved.
+    #[allow(unsafe_code)]
+    ///
+    /// # Safety
+    /// The caller must ensure `token` holds a reservation of this channel's send side.
+    unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match &self.chan.flavor {
+                Flavor::Array(c) => c.write(token, msg),
+                Flavor::List(c) => c.write(token, msg),
+                Flavor::Zero(c) => c.write(token, msg),
+            }
+        }
+    }
+
+    /// The number of messages in the channel.
+    pub fn len(&self) -> usize {
+        self.chan.flavor.len()
+    }
+
+    /// `true` if the channel holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.chan.flavor.is_empty()
+    }
+
+    /// `true` if a send would have to wait (always for `bounded(0)`, never for `unbounded`).
+    pub fn is_full(&self) -> bool {
+        self.chan.flavor.is_full()
+    }
+
+    /// The capacity: `Some(n)` for `bounded(n)`, `None` for `unbounded`.
+    pub fn capacity(&self) -> Option<usize> {
+        self.chan.flavor.capacity()
+    }
+
+    /// `true` if every receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        self.chan.flavor.is_disconnected()
+    }
+
+    /// `true` if both handles belong to the same channel.
+    pub fn same_channel(&self, other: &Sender<T>) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        acquire_handle(&self.chan.senders);
+        Sender { chan: Arc::clone(&self.chan) }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // SYNC POINT: AcqRel so the last sender's disconnect follows every other sender's
+        // sends; partner: the other senders' decrements.
+        if self.chan.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            match &self.chan.flavor {
+                Flavor::Array(c) => c.disconnect(),
+                Flavor::List(c) => c.disconnect_senders(),
+                Flavor::Zero(c) => c.disconnect(),
+            };
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Sender { .. }")
+    }
+}
+
+// ===== Receiver =====
+
+/// The receiving side of a channel. `Clone` to get more receivers (each message goes to one).
+pub struct Receiver<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> Receiver<T> {
+    /// Receives without waiting: `Empty` if there is nothing, `Disconnected` if there is
+    /// nothing and every sender is gone.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.try_recv(),
+            Flavor::List(c) => c.try_recv(),
+            Flavor::Zero(c) => c.try_recv(),
+        }
+    }
+
+    /// Receives, waiting for a message. Fails once the channel is empty and every sender gone.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        self.recv_impl(None).map_err(|_| RecvError)
+    }
+
+    /// Receives, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_impl(deadline_after(timeout))
+    }
+
+    /// Receives, waiting until `deadline` at the latest.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        self.recv_impl(Some(deadline))
+    }
+
+    #[inline]
+    fn recv_impl(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.recv(deadline),
+            Flavor::List(c) => c.recv(deadline),
+            Flavor::Zero(c) => c.recv(deadline),
+        }
+    }
+
+    /// Completes a receive that `start_recv` (or a select) reserved.
+    #[allow(unsafe_code)]
+    ///
+    /// # Safety
+    /// The caller must ensure `token` holds a reservation of this channel's receive side.
+    unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match &self.chan.flavor {
+                Flavor::Array(c) => c.read(token),
+                Flavor::List(c) => c.read(token),
+                Flavor::Zero(c) => c.read(token),
+            }
+        }
+    }
+
+    /// A blocking iterator: yields messages until the channel is empty and disconnected.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
+    }
+
+    /// A non-blocking iterator: yields the messages available now.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
+    }
+
+    /// The number of messages in the channel.
+    pub fn len(&self) -> usize {
+        self.chan.flavor.len()
+    }
+
+    /// `true` if the channel holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.chan.flavor.is_empty()
+    }
+
+    /// `true` if a send would have to wait.
+    pub fn is_full(&self) -> bool {
+        self.chan.flavor.is_full()
+    }
+
+    /// The capacity: `Some(n)` for `bounded(n)`, `None` for `unbounded`.
+    pub fn capacity(&self) -> Option<usize> {
+        self.chan.flavor.capacity()
+    }
+
+    /// `true` if every sender is gone (messages may still be queued).
+    pub fn is_disconnected(&self) -> bool {
+        self.chan.flavor.is_disconnected()
+    }
+
+    /// `true` if both handles belong to the same channel.
+    pub fn same_channel(&self, other: &Receiver<T>) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        acquire_handle(&self.chan.receivers);
+        Receiver { chan: Arc::clone(&self.chan) }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        // SYNC POINT: as for `Sender::drop`.
+        if self.chan.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            match &self.chan.flavor {
+                Flavor::Array(c) => c.disconnect(),
+                Flavor::List(c) => c.disconnect_receivers(),
+                Flavor::Zero(c) => c.disconnect(),
+            };
+        }
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Receiver { .. }")
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        IntoIter { rx: self }
+    }
+}
+
+/// Blocking iterator over received messages ([`Receiver::iter`]).
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// Non-blocking iterator over the messages available now ([`Receiver::try_iter`]).
+#[derive(Debug)]
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// Owning blocking iterator ([`Receiver::into_iter`]).
+#[derive(Debug)]
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+// ===== impl Flavor: state queries =====
+
+impl<T> Flavor<T> {
+    fn len(&self) -> usize {
+        match self {
+            Flavor::Array(c) => c.len(),
+            Flavor::List(c) => c.len(),
+            Flavor::Zero(_) => 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Flavor::Array(c) => c.is_empty(),
+            Flavor::List(c) => c.is_empty(),
+            Flavor::Zero(_) => true,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        match self {
+            Flavor::Array(c) => c.is_full(),
+            Flavor::List(_) => false,
+            Flavor::Zero(_) => true,
+        }
+    }
+
+    fn capacity(&self) -> Option<usize> {
+        match self {
+            Flavor::Array(c) => Some(c.capacity()),
+            Flavor::List(_) => None,
+            Flavor::Zero(_) => Some(0),
+        }
+    }
+
+    fn is_disconnected(&self) -> bool {
+        match self {
+            Flavor::Array(c) => c.is_disconnected(),
+            Flavor::List(c) => c.is_disconnected(),
+            Flavor::Zero(c) => c.is_disconnected(),
+        }
+    }
+}

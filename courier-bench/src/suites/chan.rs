@@ -1,0 +1,536 @@
+//! Suite `chan`: the throughput scenarios of crossbeam-channel's own benchmarks
+//! (`crossbeam-channel/benchmarks/`: seq, spsc, mpsc, mpmc, select_rx, select_both, each on
+//! bounded(0), bounded(1), bounded(N) and unbounded), for courier and its peers in one run.
+//!
+//! Definitions (as crossbeam's README states them): N = the message count, T = 4 threads.
+//! - `seq`: one thread sends N messages, then receives them (buffered flavors only);
+//! - `spsc`: one sender thread, one receiver thread;
+//! - `mpsc`: T sender threads (N/T each), one receiver;
+//! - `mpmc`: T senders, T receivers;
+//! - `select_rx`: T senders on T channels, one receiver selecting over all T;
+//! - `select_both`: T senders selecting over T channels, T receivers selecting over them.
+//!
+//! A case a peer cannot express is skipped, not faked: `std-mpsc` has no select and no shared
+//! receiver; `courier-local` runs only `seq` (its handles cannot cross threads).
+
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Case, Ctx, Result};
+
+/// Threads per side in the multi-thread cases (crossbeam's T).
+pub(crate) const THREADS: usize = 4;
+
+/// The channel flavors measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Rendezvous.
+    Bounded0,
+    /// Capacity one.
+    Bounded1,
+    /// Capacity N: never full.
+    BoundedN(usize),
+    /// No capacity limit.
+    Unbounded,
+}
+
+impl Kind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Bounded0 => "bounded0",
+            Kind::Bounded1 => "bounded1",
+            Kind::BoundedN(_) => "boundedN",
+            Kind::Unbounded => "unbounded",
+        }
+    }
+}
+
+/// One channel implementation under test, behind a common face.
+pub(crate) trait Peer: 'static {
+    /// The subject name in the results.
+    const NAME: &'static str;
+    type Tx: Send + Clone + 'static;
+    type Rx: Send + 'static;
+    /// Does the peer have a select?
+    const SELECT: bool = false;
+    /// Can its select wait on send operations (`select_both`)?
+    const SELECT_SEND: bool = Self::SELECT;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx);
+    fn send(tx: &Self::Tx, v: u64);
+    fn recv(rx: &Self::Rx) -> u64;
+    /// A second receiver of the same channel, if the peer allows one.
+    fn clone_rx(_rx: &Self::Rx) -> Option<Self::Rx> {
+        None
+    }
+    /// Receives from whichever of `rxs` is ready first (`None`: no select).
+    fn select_recv(_rxs: &[Self::Rx]) -> Option<u64> {
+        None
+    }
+    /// Sends to whichever of `txs` is ready first (`false`: no select).
+    fn select_send(_txs: &[Self::Tx], _v: u64) -> bool {
+        false
+    }
+}
+
+// ===== the subjects =====
+
+pub(crate) struct Courier;
+
+impl Peer for Courier {
+    const NAME: &'static str = "courier";
+    const SELECT: bool = true;
+    type Tx = courier::chan::Sender<u64>;
+    type Rx = courier::chan::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => courier::chan::bounded(0),
+            Kind::Bounded1 => courier::chan::bounded(1),
+            Kind::BoundedN(n) => courier::chan::bounded(n),
+            Kind::Unbounded => courier::chan::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = courier::chan::Select::new();
+        for rx in rxs {
+            sel.recv(rx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        Some(op.recv(&rxs[i]).unwrap())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = courier::chan::Select::new();
+        for tx in txs {
+            sel.send(tx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        op.send(&txs[i], v).unwrap();
+        true
+    }
+}
+
+pub(crate) struct Crossbeam;
+
+impl Peer for Crossbeam {
+    const NAME: &'static str = "crossbeam-channel";
+    const SELECT: bool = true;
+    type Tx = crossbeam_channel::Sender<u64>;
+    type Rx = crossbeam_channel::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => crossbeam_channel::bounded(0),
+            Kind::Bounded1 => crossbeam_channel::bounded(1),
+            Kind::BoundedN(n) => crossbeam_channel::bounded(n),
+            Kind::Unbounded => crossbeam_channel::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = crossbeam_channel::Select::new();
+        for rx in rxs {
+            sel.recv(rx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        Some(op.recv(&rxs[i]).unwrap())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = crossbeam_channel::Select::new();
+        for tx in txs {
+            sel.send(tx);
+        }
+        let op = sel.select();
+        let i = op.index();
+        op.send(&txs[i], v).unwrap();
+        true
+    }
+}
+
+pub(crate) struct Flume;
+
+impl Peer for Flume {
+    const NAME: &'static str = "flume";
+    const SELECT: bool = true;
+    /// flume 0.12's `Selector` with send arms never completed `select_both` here (every
+    /// flavor, every run: all threads parked in `Selector::wait`), so that case is left out.
+    const SELECT_SEND: bool = false;
+    type Tx = flume::Sender<u64>;
+    type Rx = flume::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        match kind {
+            Kind::Bounded0 => flume::bounded(0),
+            Kind::Bounded1 => flume::bounded(1),
+            Kind::BoundedN(n) => flume::bounded(n),
+            Kind::Unbounded => flume::unbounded(),
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        tx.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+    fn clone_rx(rx: &Self::Rx) -> Option<Self::Rx> {
+        Some(rx.clone())
+    }
+    fn select_recv(rxs: &[Self::Rx]) -> Option<u64> {
+        let mut sel = flume::Selector::new();
+        for rx in rxs {
+            sel = sel.recv(rx, |r| r.unwrap());
+        }
+        Some(sel.wait())
+    }
+    fn select_send(txs: &[Self::Tx], v: u64) -> bool {
+        let mut sel = flume::Selector::new();
+        for tx in txs {
+            sel = sel.send(tx, v, |r| r.unwrap());
+        }
+        sel.wait();
+        true
+    }
+}
+
+pub(crate) struct StdMpsc;
+
+/// std's two sender types behind one.
+#[derive(Clone)]
+pub(crate) enum StdTx {
+    Async(std::sync::mpsc::Sender<u64>),
+    Sync(std::sync::mpsc::SyncSender<u64>),
+}
+
+impl Peer for StdMpsc {
+    const NAME: &'static str = "std-mpsc";
+    type Tx = StdTx;
+    type Rx = std::sync::mpsc::Receiver<u64>;
+    fn make(kind: Kind) -> (Self::Tx, Self::Rx) {
+        let sync = |n| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(n);
+            (StdTx::Sync(tx), rx)
+        };
+        match kind {
+            Kind::Bounded0 => sync(0),
+            Kind::Bounded1 => sync(1),
+            Kind::BoundedN(n) => sync(n),
+            Kind::Unbounded => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                (StdTx::Async(tx), rx)
+            }
+        }
+    }
+    #[inline]
+    fn send(tx: &Self::Tx, v: u64) {
+        match tx {
+            StdTx::Async(tx) => tx.send(v).unwrap(),
+            StdTx::Sync(tx) => tx.send(v).unwrap(),
+        }
+    }
+    #[inline]
+    fn recv(rx: &Self::Rx) -> u64 {
+        rx.recv().unwrap()
+    }
+}
+
+// ===== the scenarios =====
+
+/// `seq`: send everything, then receive everything, on one thread.
+fn seq<P: Peer>(kind: Kind, n: usize) -> Duration {
+    let (tx, rx) = P::make(kind);
+    let start = Instant::now();
+    for i in 0..n as u64 {
+        P::send(&tx, i);
+    }
+    for _ in 0..n {
+        std::hint::black_box(P::recv(&rx));
+    }
+    start.elapsed()
+}
+
+/// `seq` on a `chan::local` channel.
+fn seq_local(kind: Kind, n: usize) -> Duration {
+    let (tx, rx) = match kind {
+        Kind::BoundedN(cap) => courier::chan::local::bounded(cap),
+        _ => courier::chan::local::channel(),
+    };
+    let start = Instant::now();
+    for i in 0..n as u64 {
+        tx.send(i).unwrap();
+    }
+    for _ in 0..n {
+        std::hint::black_box(rx.recv().unwrap());
+    }
+    start.elapsed()
+}
+
+/// How long one sample may take before it is declared stuck (a peer that deadlocks: flume's
+/// `Selector` over rendezvous channels does, here). Its threads are then left blocked.
+const STUCK: Duration = Duration::from_secs(10);
+
+/// Runs `senders` sender closures and `receivers` receiver closures on their own threads,
+/// released together by a barrier; returns the time from the first thread's start to the last
+/// one's end, or `None` if they have not all finished after [`STUCK`].
+///
+/// Each thread reads the clock itself: with more threads than CPUs, the releasing thread may
+/// not run again until the others are done, so its own clock would miss the work.
+fn run_threads(senders: Vec<Box<dyn FnOnce() + Send>>, receivers: Vec<Box<dyn FnOnce() + Send>>) -> Option<Duration> {
+    let jobs: Vec<_> = senders.into_iter().chain(receivers).collect();
+    time_threads(jobs.into_iter().map(|f| move || f()).collect())
+}
+
+/// Runs each job on its own thread, released together; the span from the earliest start to the
+/// latest end, or `None` if they have not all finished after [`STUCK`] (then they are left).
+pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(jobs: Vec<F>) -> Option<Duration> {
+    let n = jobs.len();
+    let barrier = std::sync::Arc::new(Barrier::new(n));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let handles: Vec<_> = jobs
+        .into_iter()
+        .map(|f| {
+            let barrier = barrier.clone();
+            let done = done_tx.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                f();
+                let _ = done.send((start, Instant::now()));
+            })
+        })
+        .collect();
+    let (mut first, mut last) = done_rx.recv_timeout(STUCK).ok()?;
+    for _ in 1..n {
+        let (start, end) = done_rx.recv_timeout(STUCK).ok()?;
+        first = first.min(start);
+        last = last.max(end);
+    }
+    for h in handles {
+        h.join().expect("benchmark thread panicked");
+    }
+    Some(last - first)
+}
+
+/// `spsc` (senders = receivers = 1), `mpsc` (T, 1), `mpmc` (T, T) on one channel.
+fn xpxc<P: Peer>(kind: Kind, n: usize, senders: usize, receivers: usize) -> Option<Duration> {
+    let (tx, rx) = P::make(kind);
+    let mut rxs = vec![rx];
+    for _ in 1..receivers {
+        rxs.push(P::clone_rx(&rxs[0])?);
+    }
+    let send_jobs = (0..senders)
+        .map(|_| {
+            let tx = tx.clone();
+            Box::new(move || {
+                for i in 0..(n / senders) as u64 {
+                    P::send(&tx, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    drop(tx);
+    let recv_jobs = rxs
+        .into_iter()
+        .map(|rx| {
+            Box::new(move || {
+                for _ in 0..n / receivers {
+                    std::hint::black_box(P::recv(&rx));
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    run_threads(send_jobs, recv_jobs)
+}
+
+/// `select_rx`: T senders, each on its own channel; one receiver selects over all.
+fn select_rx<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| P::make(kind)).unzip();
+    if !P::SELECT {
+        return None;
+    }
+    // Keep every channel connected until the receiver is done: a sender that finishes early
+    // must not make the select report a disconnection (crossbeam's benchmark borrows them).
+    let keep = txs.clone();
+    let send_jobs = txs
+        .into_iter()
+        .map(|tx| {
+            Box::new(move || {
+                for i in 0..(n / THREADS) as u64 {
+                    P::send(&tx, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    let recv_job: Box<dyn FnOnce() + Send> = Box::new(move || {
+        for _ in 0..n / THREADS * THREADS {
+            std::hint::black_box(P::select_recv(&rxs));
+        }
+    });
+    let elapsed = run_threads(send_jobs, vec![recv_job]);
+    drop(keep);
+    elapsed
+}
+
+/// `select_both`: T senders select over T channels; T receivers select over them.
+fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| P::make(kind)).unzip();
+    if !P::SELECT_SEND {
+        return None;
+    }
+    let mut rx_sets = vec![rxs];
+    for _ in 1..THREADS {
+        rx_sets.push(rx_sets[0].iter().map(P::clone_rx).collect::<Option<Vec<_>>>()?);
+    }
+    let send_jobs = (0..THREADS)
+        .map(|_| {
+            let txs = txs.clone();
+            Box::new(move || {
+                for i in 0..(n / THREADS) as u64 {
+                    P::select_send(&txs, i);
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    let recv_jobs = rx_sets
+        .into_iter()
+        .map(|rxs| {
+            Box::new(move || {
+                for _ in 0..n / THREADS {
+                    std::hint::black_box(P::select_recv(&rxs));
+                }
+            }) as Box<dyn FnOnce() + Send>
+        })
+        .collect();
+    let elapsed = run_threads(send_jobs, recv_jobs);
+    drop(txs); // connected until every receiver is done (see `select_rx`)
+    elapsed
+}
+
+/// Messages in the untimed warm-up run of every case.
+const WARM_UP: usize = 20_000;
+
+/// Runs `run(m)` (which moves `m` messages and returns the time it took, clocked by the threads
+/// themselves) once untimed with a few messages, then `samples` times with `messages`, and
+/// records `msg_ns` (per message) and `msgs_per_s` for `subject` in `case`.
+pub(crate) fn measure(
+    ctx: &mut Ctx<'_>,
+    case: &Case,
+    subject: &str,
+    samples: usize,
+    messages: usize,
+    mut run: impl FnMut(usize) -> Option<Duration>,
+) {
+    ctx.status(format!("{} · {subject}", case.name()));
+    let warm_up = Instant::now();
+    if run(messages.min(WARM_UP)).is_none() {
+        // The subject cannot express this case, or got stuck (see `run_threads`).
+        if warm_up.elapsed() >= STUCK {
+            ctx.note(format!("{} · {subject}: did not finish in {STUCK:?}", case.name()));
+        }
+        return;
+    }
+    let mut ns = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        match run(messages) {
+            Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
+            None => {
+                ctx.note(format!("{} · {subject}: a sample did not finish in {STUCK:?}", case.name()));
+                return;
+            }
+        }
+    }
+    let per_s: Vec<f64> = ns.iter().map(|ns| 1e9 / ns).collect();
+    ctx.record(case, subject, "msg_ns", "ns", &ns);
+    ctx.record(case, subject, "msgs_per_s", "msgs/s", &per_s);
+}
+
+fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
+    let t = THREADS;
+    let label = kind.label();
+    let case = |scenario: &str| Case::new(format!("{scenario}_{label}"));
+    // Counts divisible by T, so every thread moves the same number of messages.
+    let n = n / t * t;
+    if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
+        measure(ctx, &case("seq"), P::NAME, samples, n, |m| Some(seq::<P>(kind, m)));
+    }
+    measure(ctx, &case("spsc"), P::NAME, samples, n, |m| xpxc::<P>(kind, m, 1, 1));
+    measure(ctx, &case("mpsc").tasks(t as u64), P::NAME, samples, n, |m| xpxc::<P>(kind, m, t, 1));
+    measure(ctx, &case("mpmc").tasks(2 * t as u64), P::NAME, samples, n, |m| xpxc::<P>(kind, m, t, t));
+    measure(ctx, &case("select_rx").tasks(t as u64 + 1), P::NAME, samples, n, |m| select_rx::<P>(kind, m));
+    measure(ctx, &case("select_both").tasks(2 * t as u64), P::NAME, samples, n, |m| select_both::<P>(kind, m));
+}
+
+/// Messages per sample: quick, and `--full` (the issue's million).
+const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+
+/// `courier-bench chan`: every scenario × flavor × subject.
+pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
+    let n = ctx.pick(MESSAGES.0, MESSAGES.1);
+    // --full: one sample of a million, as the seed's benchmark runs (the slowest peers take
+    // over 30 s per million when every message wakes a sleeping thread).
+    let samples = ctx.samples(3, 1);
+    for kind in [Kind::Bounded0, Kind::Bounded1, Kind::BoundedN(n), Kind::Unbounded] {
+        cases_for::<Courier>(ctx, kind, n, samples);
+        if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
+            let case = Case::new(format!("seq_{}", kind.label()));
+            measure(ctx, &case, "courier-local", samples, n, |m| Some(seq_local(kind, m)));
+        }
+        cases_for::<Crossbeam>(ctx, kind, n, samples);
+        cases_for::<Flume>(ctx, kind, n, samples);
+        cases_for::<StdMpsc>(ctx, kind, n, samples);
+    }
+    ctx.note(format!(
+        "{n} messages per sample, {samples} sample(s) after a warm-up of {WARM_UP}; T = {THREADS} threads per side; \
+         seq = one thread sends all then receives all; boundedN has room for all N"
+    ));
+    ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");
+    ctx.note("flume: select_both left out: its Selector with send arms deadlocked in every trial");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every scenario completes for courier on every flavor, and the peers' unsupported cases
+    /// say so (a smoke test: timings are not checked).
+    #[test]
+    fn every_scenario_completes() {
+        let n = 400;
+        for kind in [Kind::Bounded0, Kind::Bounded1, Kind::BoundedN(n), Kind::Unbounded] {
+            assert!(xpxc::<Courier>(kind, n, 1, 1).is_some());
+            assert!(xpxc::<Courier>(kind, n, THREADS, 1).is_some());
+            assert!(xpxc::<Courier>(kind, n, THREADS, THREADS).is_some());
+            assert!(select_rx::<Courier>(kind, n).is_some());
+            assert!(select_both::<Courier>(kind, n).is_some());
+            assert!(select_rx::<Crossbeam>(kind, n).is_some());
+            assert!(xpxc::<StdMpsc>(kind, n, THREADS, THREADS).is_none());
+            assert!(select_rx::<StdMpsc>(kind, n).is_none());
+            assert!(select_both::<Flume>(kind, n).is_none());
+        }
+        seq::<Courier>(Kind::Unbounded, n);
+        seq_local(Kind::BoundedN(n), n);
+    }
+}

@@ -1,0 +1,123 @@
+//! Suite `ring` (seed 003): a ring of N tasks, each receiving from one neighbour and sending to
+//! the next, M messages in total, reported as messages/s and ns/message.
+//!
+//! As in Rust 2012's `msgsend-ring`, every task loops "send to the next, receive from my own
+//! channel", so N messages circulate at once and every task can make progress in parallel.
+//! On a rendezvous channel (`bounded(0)`) that order deadlocks (every task waits in `send`),
+//! so there task 0 sends first and the others receive first: one message circulates, and every
+//! hop is a hand-off between two threads.
+//!
+//! Tasks are threads (N = 2, 4, 16) for courier, crossbeam-channel, flume and std::sync::mpsc;
+//! `courier-local` runs the same ring inside one thread on `chan::local` channels, as a state
+//! machine (each task is a step of a loop) until fibers exist.
+
+use std::time::{Duration, Instant};
+
+use super::chan::{measure, time_threads, Courier, Crossbeam, Flume, Kind, Peer, StdMpsc};
+use crate::harness::{Case, Ctx, Result};
+
+/// Ring sizes measured.
+pub(crate) const TASKS: [usize; 3] = [2, 4, 16];
+
+/// The ring of threads for peer `P`; the time for `per_task * n` messages (`None`: stuck).
+pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Option<Duration> {
+    let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| P::make(kind)).unzip();
+    // Task i receives on channel i and sends on channel i + 1.
+    txs.rotate_left(1);
+    let one_token = kind == Kind::Bounded0;
+    let tasks = txs
+        .into_iter()
+        .zip(rxs)
+        .enumerate()
+        .map(|(i, (tx, rx))| {
+            move || {
+                let sends_first = !one_token || i == 0;
+                for j in 0..per_task as u64 {
+                    if sends_first {
+                        P::send(&tx, j);
+                        std::hint::black_box(P::recv(&rx));
+                    } else {
+                        let v = P::recv(&rx);
+                        P::send(&tx, std::hint::black_box(v));
+                    }
+                }
+            }
+        })
+        .collect();
+    time_threads(tasks)
+}
+
+/// The ring inside one thread on `chan::local`: each round, every task sends to its successor
+/// and then receives from its own channel (the state-machine form of the threaded loop).
+pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
+    let chans: Vec<_> = (0..n)
+        .map(|_| match kind {
+            Kind::Bounded1 => courier::chan::local::bounded(1),
+            _ => courier::chan::local::channel(),
+        })
+        .collect();
+    let start = Instant::now();
+    for j in 0..per_task as u64 {
+        for i in 0..n {
+            chans[(i + 1) % n].0.try_send(j).unwrap_or_else(|_| unreachable!());
+        }
+        for (_, rx) in &chans {
+            std::hint::black_box(rx.try_recv().unwrap());
+        }
+    }
+    start.elapsed()
+}
+
+fn ring_case<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, total: usize, samples: usize) {
+    let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
+    measure(ctx, &case, P::NAME, samples, total / n * n, |m| thread_ring::<P>(kind, n, m / n));
+}
+
+/// Messages per sample: quick, and `--full` (seed 003's million).
+const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+
+/// `courier-bench ring`: rings of 2, 4 and 16 threads on bounded(1), unbounded and bounded(0)
+/// channels for every subject, and the single-thread `chan::local` ring.
+pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
+    let total = ctx.pick(MESSAGES.0, MESSAGES.1);
+    // --full: one sample of a million per subject, as seed 003 ran it.
+    let samples = ctx.samples(3, 1);
+    for kind in [Kind::Bounded1, Kind::Unbounded, Kind::Bounded0] {
+        for n in TASKS {
+            ring_case::<Courier>(ctx, kind, n, total, samples);
+            if kind != Kind::Bounded0 {
+                let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
+                measure(ctx, &case, "courier-local", samples, total / n * n, |m| Some(local_ring(kind, n, m / n)));
+            }
+            ring_case::<Crossbeam>(ctx, kind, n, total, samples);
+            ring_case::<Flume>(ctx, kind, n, total, samples);
+            ring_case::<StdMpsc>(ctx, kind, n, total, samples);
+        }
+    }
+    ctx.note(format!(
+        "{total} messages per sample, {samples} sample(s) after a warm-up; N tasks = N threads; \
+         buffered rings circulate N messages at once (send, then receive), the bounded0 ring one"
+    ));
+    ctx.note("courier-local: the same ring on chan::local channels inside one thread (a state machine)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subject completes every ring shape (a smoke test: timings are not checked).
+    #[test]
+    fn every_ring_completes() {
+        for kind in [Kind::Bounded1, Kind::Unbounded, Kind::Bounded0] {
+            for n in [2, 5] {
+                assert!(thread_ring::<Courier>(kind, n, 200).is_some());
+                assert!(thread_ring::<Crossbeam>(kind, n, 200).is_some());
+                assert!(thread_ring::<Flume>(kind, n, 200).is_some());
+                assert!(thread_ring::<StdMpsc>(kind, n, 200).is_some());
+            }
+        }
+        local_ring(Kind::Bounded1, 5, 200);
+        local_ring(Kind::Unbounded, 5, 200);
+    }
+}

@@ -1,0 +1,513 @@
+//! Bounded channel: Dmitry Vyukov's bounded MPMC queue.
+//!
+//! Source: D. Vyukov, "Bounded MPMC queue", 1024cores.net
+//! (<https://www.1024cores.net/home/lock-free-algorithms/queues/bounded-mpmc-queue>), with the
+//! lap counter and the disconnect mark of crossbeam-channel's `flavors/array.rs`.
+//!
+//! # Layout
+//!
+//! A ring of `cap` slots, each with a **stamp** saying what the slot is waiting for. Positions
+//! (`head`, `tail`, stamps) pack three fields into one word:
+//!
+//! ```text
+//!   bit:  63 ..................... k+1 |  k   | k-1 ........... 0
+//!         lap (multiples of one_lap)   | mark | index (< cap)
+//!   where 2^k = mark_bit = (cap+1).next_power_of_two(), one_lap = 2 * mark_bit
+//! ```
+//!
+//! `mark` is only ever set in `tail`: it means "disconnected". A slot at `index` is
+//! - free for the sender at position `p = {lap, index}` when `stamp == p`;
+//! - full for the receiver at position `p` when `stamp == p + 1`.
+//!
+//! A sender that finds its slot free CASes `tail` one step forward (to the next lap after the
+//! last index), writes the message and stores `stamp = p + 1`; a receiver that finds its slot
+//! full CASes `head` forward, reads, and stores `stamp = p + one_lap` (free for the next lap).
+//! One CAS per operation, no ABA (positions only grow), no allocation after construction.
+
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+
+use crate::chan::backoff::spin_then_yield;
+use crate::chan::backoff::Backoff;
+use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
+use crate::chan::flavors::Token;
+use crate::chan::waiter::{current_may_spin, current_may_yield, Context, Entry, Operation, Selected, SyncWaitList};
+use crate::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::UnsafeCell;
+
+/// One slot of the ring.
+struct Slot<T> {
+    /// What the slot waits for: `stamp == p` free for the sender at `p`, `p + 1` full for the
+    /// receiver at `p`.
+    stamp: AtomicUsize,
+    /// The message; initialised exactly when the stamp says "full".
+    msg: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// A reserved slot.
+#[derive(Debug)]
+pub(crate) struct ArrayToken {
+    /// The slot, or null if the channel is disconnected.
+    slot: *const u8,
+    /// The stamp to store once the slot has been written (or read).
+    stamp: usize,
+}
+
+impl Default for ArrayToken {
+    fn default() -> Self {
+        ArrayToken { slot: ptr::null(), stamp: 0 }
+    }
+}
+
+/// A blocked sender's message, on its stack, for a receiver to hand off into a freed slot.
+struct SendPacket<T> {
+    /// Initialised while `state` is PENDING (and after RETRY: the sender takes it back).
+    msg: UnsafeCell<MaybeUninit<T>>,
+    state: AtomicU8,
+}
+
+/// The sender waits; its message is in the packet.
+const PENDING: u8 = 0;
+/// A receiver moved the message into the channel: the send is complete.
+const DELIVERED: u8 = 1;
+/// A receiver claimed the sender but found no room: the sender retries with its message.
+const RETRY: u8 = 2;
+
+impl<T> SendPacket<T> {
+    /// Waits (briefly: the claimer is running) until a claimer has decided.
+    fn wait(&self, may_yield: bool) -> u8 {
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: partner: the Release store in `Channel::hand_off`.
+            let state = self.state.load(Ordering::Acquire);
+            if state != PENDING {
+                return state;
+            }
+            backoff.snooze(may_yield);
+        }
+    }
+}
+
+/// A bounded channel of capacity `cap ≥ 1`.
+pub(crate) struct Channel<T> {
+    /// Position of the next receive: `{lap, index}`.
+    head: CachePadded<AtomicUsize>,
+    /// Position of the next send: `{lap, mark, index}`.
+    tail: CachePadded<AtomicUsize>,
+    /// The ring.
+    buffer: Box<[Slot<T>]>,
+    /// Number of slots.
+    cap: usize,
+    /// One step of `lap`.
+    one_lap: usize,
+    /// The disconnect bit of `tail`; `mark_bit - 1` masks the index.
+    mark_bit: usize,
+    /// Senders waiting for room.
+    senders: SyncWaitList,
+    /// Receivers waiting for a message.
+    receivers: SyncWaitList,
+}
+
+// ===== impl Channel: lock-free core =====
+
+impl<T> Channel<T> {
+    pub(crate) fn with_capacity(cap: usize) -> Self {
+        assert!(cap > 0, "an array channel has room for at least one message");
+        let mark_bit = (cap + 1).next_power_of_two();
+        let one_lap = mark_bit * 2;
+        // Slot `i` starts free for the sender at position {lap 0, index i}, whose word is `i`.
+        let buffer = (0..cap)
+            .map(|i| Slot { stamp: AtomicUsize::new(i), msg: UnsafeCell::new(MaybeUninit::uninit()) })
+            .collect();
+        Channel {
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            buffer,
+            cap,
+            one_lap,
+            mark_bit,
+            senders: SyncWaitList::new(),
+            receivers: SyncWaitList::new(),
+        }
+    }
+
+    /// The position after `pos`: next index, or index 0 of the next lap.
+    #[inline]
+    fn next_pos(&self, pos: usize) -> usize {
+        let index = pos & (self.mark_bit - 1);
+        let lap = pos & !(self.one_lap - 1);
+        if index + 1 < self.cap {
+            pos + 1
+        } else {
+            lap.wrapping_add(self.one_lap)
+        }
+    }
+
+    /// Reserves a slot to write into. `false`: full. `true` with a null slot: disconnected.
+    pub(crate) fn start_send(&self, token: &mut Token) -> bool {
+        let mut backoff = Backoff::new();
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        loop {
+            if tail & self.mark_bit != 0 {
+                token.array.slot = ptr::null();
+                token.array.stamp = 0;
+                return true;
+            }
+            let slot = &self.buffer[tail & (self.mark_bit - 1)];
+            // SYNC POINT: sender reads the slot's stamp. Partner: the receiver's Release store
+            // of `stamp` in `read` (the slot's previous message has been moved out).
+            let stamp = slot.stamp.load(Ordering::Acquire);
+            if stamp == tail {
+                // The slot is free for this lap: claim it by moving `tail` on.
+                match self.tail.compare_exchange_weak(tail, self.next_pos(tail), Ordering::SeqCst, Ordering::Relaxed) {
+                    Ok(_) => {
+                        token.array.slot = slot as *const Slot<T> as *const u8;
+                        token.array.stamp = tail + 1;
+                        return true;
+                    }
+                    Err(t) => {
+                        tail = t;
+                        backoff.spin();
+                    }
+                }
+            } else if stamp.wrapping_add(self.one_lap) == tail + 1 {
+                // The slot still holds the message of the previous lap: full, unless a receiver
+                // has moved `head` past it meanwhile.
+                // SYNC POINT: orders the stamp load above before the `head` load below; partner:
+                // the SeqCst CAS on `head` in `start_recv`.
+                fence(Ordering::SeqCst);
+                let head = self.head.load(Ordering::Relaxed);
+                if head.wrapping_add(self.one_lap) == tail {
+                    return false;
+                }
+                backoff.spin();
+                tail = self.tail.load(Ordering::Relaxed);
+            } else {
+                // Another sender claimed this slot and moved `tail`: catch up.
+                backoff.spin();
+                tail = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes into the reserved slot and wakes a receiver.
+    ///
+    /// # Safety
+    /// The caller must ensure:
+    /// - `token` was filled by a `start_send` of this channel that returned `true`;
+    /// - `write` is called once for it.
+    pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
+        if token.array.slot.is_null() {
+            return Err(msg);
+        }
+        // SAFETY: the token points at a slot of `self.buffer` (`start_send` stored it).
+        let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
+        // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
+        // until it publishes the stamp below.
+        slot.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `start_recv`.
+        slot.stamp.store(token.array.stamp, Ordering::Release);
+        self.receivers.notify();
+        Ok(())
+    }
+
+    /// Reserves a message to read. `false`: empty. `true` with a null slot: empty and
+    /// disconnected.
+    pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
+        let mut backoff = Backoff::new();
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            let slot = &self.buffer[head & (self.mark_bit - 1)];
+            // SYNC POINT: receiver reads the slot's stamp. Partner: the sender's Release store in
+            // `write` (the message is initialised).
+            let stamp = slot.stamp.load(Ordering::Acquire);
+            if head + 1 == stamp {
+                // The slot holds this lap's message: claim it by moving `head` on.
+                match self.head.compare_exchange_weak(head, self.next_pos(head), Ordering::SeqCst, Ordering::Relaxed) {
+                    Ok(_) => {
+                        token.array.slot = slot as *const Slot<T> as *const u8;
+                        token.array.stamp = head.wrapping_add(self.one_lap);
+                        return true;
+                    }
+                    Err(h) => {
+                        head = h;
+                        backoff.spin();
+                    }
+                }
+            } else if stamp == head {
+                // The slot is not written for this lap: empty, unless a sender has claimed it
+                // and is writing.
+                // SYNC POINT: orders the stamp load before the `tail` load; partner: the SeqCst
+                // CAS on `tail` in `start_send` (and the disconnect RMW).
+                fence(Ordering::SeqCst);
+                let tail = self.tail.load(Ordering::Relaxed);
+                if tail & !self.mark_bit == head {
+                    if tail & self.mark_bit != 0 {
+                        token.array.slot = ptr::null();
+                        token.array.stamp = 0;
+                        return true;
+                    }
+                    return false;
+                }
+                // A sender is between its CAS and its stamp store: wait for it.
+                backoff.snooze(true);
+                head = self.head.load(Ordering::Relaxed);
+            } else {
+                // Another receiver took this slot: catch up.
+                backoff.spin();
+                head = self.head.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Reads the reserved message and wakes a sender.
+    ///
+    /// # Safety
+    /// The caller must ensure:
+    /// - `token` was filled by a `start_recv` of this channel that returned `true`;
+    /// - `read` is called once for it.
+    pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
+        if token.array.slot.is_null() {
+            return Err(());
+        }
+        // SAFETY: the token points at a slot of `self.buffer` (`start_recv` stored it).
+        let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
+        // SAFETY: winning the `head` CAS on a slot stamped "full" gave this receiver exclusive
+        // access to an initialised message, which it moves out exactly once.
+        let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
+        // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
+        // `start_send`.
+        slot.stamp.store(token.array.stamp, Ordering::Release);
+        self.senders.notify_with(|entry| self.hand_off(entry));
+        Ok(msg)
+    }
+
+    // ===== impl Channel: try, blocking =====
+
+    pub(crate) fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
+        let token = &mut Token::default();
+        if self.start_send(token) {
+            // SAFETY: `start_send` returned true for this token.
+            unsafe { self.write(token, msg) }.map_err(TrySendError::Disconnected)
+        } else {
+            Err(TrySendError::Full(msg))
+        }
+    }
+
+    pub(crate) fn send(&self, mut msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        let token = &mut Token::default();
+        loop {
+            // Fast path, then a spin while a receiver is about to make room.
+            if self.start_send(token)
+                || spin_then_yield(current_may_spin(), current_may_yield(), || self.start_send(token).then_some(()))
+                    .is_some()
+            {
+                // SAFETY: `start_send` returned true for this token.
+                return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(SendTimeoutError::Timeout(msg));
+                }
+            }
+            // Register (with the message in a hand-off packet), re-check, park.
+            let packet = SendPacket { msg: UnsafeCell::new(MaybeUninit::new(msg)), state: AtomicU8::new(PENDING) };
+            let delivered = Context::with(|cx| {
+                let oper = Operation::hook(token);
+                self.senders.register_with_packet(oper, &packet as *const SendPacket<T> as *mut (), cx);
+                if !self.is_full() || self.is_disconnected() {
+                    let _ = cx.try_select(Selected::Aborted);
+                }
+                match cx.wait_until(deadline, false) {
+                    Selected::Aborted | Selected::Disconnected => {
+                        self.senders.unregister(oper);
+                        false
+                    }
+                    // A receiver made room and claimed us: it moved the message into the slot
+                    // it freed (DELIVERED), or could not (RETRY).
+                    Selected::Operation(_) | Selected::Waiting => packet.wait(cx.may_yield_thread()) == DELIVERED,
+                }
+            });
+            if delivered {
+                return Ok(());
+            }
+            // SAFETY: not delivered: no one else touches the packet any more, and its message
+            // is still initialised (only a DELIVERED hand-off moves it out).
+            msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
+        }
+    }
+
+    /// Run by a receiver that freed a slot and claimed a blocked sender (outside the list lock,
+    /// before waking it): moves the sender's message into a slot, so the channel is full again
+    /// at once and the next receiver need not wait for the sender to be scheduled (Go's
+    /// `chanrecv` does the same with a waiting sender's value).
+    fn hand_off(&self, entry: &Entry) {
+        if entry.packet.is_null() {
+            return; // a `Select`'s registration: it only wants waking
+        }
+        // SAFETY: a packet registered by `send` lives on the blocked sender's stack until its
+        // state leaves PENDING; we claimed the sender, so we are the only one touching it.
+        let packet = unsafe { &*(entry.packet as *const SendPacket<T>) };
+        let mut token = Token::default();
+        let state = if self.start_send(&mut token) && !token.array.slot.is_null() {
+            // SAFETY: PENDING packets hold an initialised message; we move it out once.
+            let msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
+            // SAFETY: `start_send` reserved a slot for this token.
+            let written = unsafe { self.write(&mut token, msg) };
+            debug_assert!(written.is_ok());
+            DELIVERED
+        } else {
+            RETRY
+        };
+        // SYNC POINT: hands the packet back. Partner: the Acquire load in `SendPacket::wait`.
+        packet.state.store(state, Ordering::Release);
+    }
+
+    pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
+        let token = &mut Token::default();
+        if self.start_recv(token) {
+            // SAFETY: `start_recv` returned true for this token.
+            unsafe { self.read(token) }.map_err(|()| TryRecvError::Disconnected)
+        } else {
+            Err(TryRecvError::Empty)
+        }
+    }
+
+    pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let token = &mut Token::default();
+        loop {
+            // Fast path, then a spin while a sender is about to deliver.
+            if self.start_recv(token)
+                || spin_then_yield(current_may_spin(), current_may_yield(), || self.start_recv(token).then_some(()))
+                    .is_some()
+            {
+                // SAFETY: `start_recv` returned true for this token.
+                return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(RecvTimeoutError::Timeout);
+                }
+            }
+            Context::with(|cx| {
+                let oper = Operation::hook(token);
+                self.receivers.register(oper, cx);
+                if !self.is_empty() || self.is_disconnected() {
+                    let _ = cx.try_select(Selected::Aborted);
+                }
+                match cx.wait_until(deadline, false) {
+                    Selected::Aborted | Selected::Disconnected => {
+                        self.receivers.unregister(oper);
+                    }
+                    Selected::Operation(_) | Selected::Waiting => {}
+                }
+            });
+        }
+    }
+
+    // ===== impl Channel: state =====
+
+    /// The number of messages in the channel (a snapshot).
+    pub(crate) fn len(&self) -> usize {
+        loop {
+            let tail = self.tail.load(Ordering::SeqCst);
+            let head = self.head.load(Ordering::SeqCst);
+            // A consistent pair: `tail` did not move while `head` was read.
+            if self.tail.load(Ordering::SeqCst) == tail {
+                return self.len_between(head, tail);
+            }
+        }
+    }
+
+    fn len_between(&self, head: usize, tail: usize) -> usize {
+        let hix = head & (self.mark_bit - 1);
+        let tix = tail & (self.mark_bit - 1);
+        if hix < tix {
+            tix - hix
+        } else if hix > tix {
+            self.cap - hix + tix
+        } else if tail & !self.mark_bit == head {
+            0
+        } else {
+            self.cap
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        let head = self.head.load(Ordering::SeqCst);
+        let tail = self.tail.load(Ordering::SeqCst);
+        tail & !self.mark_bit == head
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        let tail = self.tail.load(Ordering::SeqCst);
+        let head = self.head.load(Ordering::SeqCst);
+        head.wrapping_add(self.one_lap) == tail & !self.mark_bit
+    }
+
+    pub(crate) fn is_disconnected(&self) -> bool {
+        self.tail.load(Ordering::SeqCst) & self.mark_bit != 0
+    }
+
+    /// Marks the channel disconnected and wakes everyone. `true` if this call did it.
+    pub(crate) fn disconnect(&self) -> bool {
+        // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `start_recv`
+        // (after their fence) and of the re-checks, and the wait lists' locks.
+        let tail = self.tail.fetch_or(self.mark_bit, Ordering::SeqCst);
+        if tail & self.mark_bit == 0 {
+            self.senders.disconnect();
+            self.receivers.disconnect();
+            true
+        } else {
+            false
+        }
+    }
+
+    // ===== select support =====
+
+    pub(crate) fn register_send(&self, oper: Operation, cx: &Context) -> bool {
+        self.senders.register(oper, cx);
+        !self.is_full() || self.is_disconnected()
+    }
+
+    pub(crate) fn unregister_send(&self, oper: Operation) {
+        self.senders.unregister(oper);
+    }
+
+    pub(crate) fn register_recv(&self, oper: Operation, cx: &Context) -> bool {
+        self.receivers.register(oper, cx);
+        !self.is_empty() || self.is_disconnected()
+    }
+
+    pub(crate) fn unregister_recv(&self, oper: Operation) {
+        self.receivers.unregister(oper);
+    }
+}
+
+impl<T> Drop for Channel<T> {
+    fn drop(&mut self) {
+        // Exclusive access: every handle is gone. Drop the messages still in the ring.
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Relaxed);
+        let hix = head & (self.mark_bit - 1);
+        for i in 0..self.len_between(head, tail) {
+            let index = (hix + i) % self.cap;
+            // SAFETY: the slots from `head` to `tail` hold initialised messages, each dropped
+            // once here and never read again.
+            self.buffer[index].msg.with_mut(|p| unsafe { (*p).assume_init_drop() });
+        }
+    }
+}
+
+// SAFETY: messages move between threads through the channel (`T: Send`); the slots are only
+// accessed under the stamp protocol above.
+unsafe impl<T: Send> Send for Channel<T> {}
+// SAFETY: as above; `&Channel` only lets threads send and receive whole `T`s.
+unsafe impl<T: Send> Sync for Channel<T> {}

@@ -1,0 +1,359 @@
+//! Waiting on several channel operations at once.
+//!
+//! A select first tries every operation (starting at a rotating offset, for fairness); if none
+//! is ready, it registers **one** context on every operation's wait list, re-checks, and parks.
+//! The first peer to claim the context (one CAS; Go's `selectDone`) decides which operation
+//! proceeds; every other registration is removed. For buffered flavors the chosen operation is
+//! then retried (the claim only said "ready now"); for the rendezvous flavor the claimer has
+//! already paired with it through a packet.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use super::err::{RecvError, SelectTimeoutError, SendError, TrySelectError};
+use super::flavors::Token;
+use super::waiter::{Context, Operation, Selected};
+use super::{deadline_after, Flavor, Receiver, Sender};
+
+/// One side of one channel, as a select sees it.
+pub(crate) trait SelectHandle {
+    /// Tries to reserve the operation now.
+    fn try_select(&self, token: &mut Token) -> bool;
+    /// Registers the waiting context; returns `true` if the operation is ready already.
+    fn register(&self, oper: Operation, cx: &Context) -> bool;
+    /// Removes the registration (if no peer took it).
+    fn unregister(&self, oper: Operation);
+    /// The context was claimed for this operation: reserve it.
+    fn accept(&self, token: &mut Token, cx: &Context) -> bool;
+}
+
+impl<T> SelectHandle for Sender<T> {
+    fn try_select(&self, token: &mut Token) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.start_send(token),
+            Flavor::List(c) => c.start_send(token),
+            Flavor::Zero(c) => c.start_send(token),
+        }
+    }
+
+    fn register(&self, oper: Operation, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.register_send(oper, cx),
+            // An unbounded send is always ready.
+            Flavor::List(_) => true,
+            Flavor::Zero(c) => c.register_send(oper, cx),
+        }
+    }
+
+    fn unregister(&self, oper: Operation) {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.unregister_send(oper),
+            Flavor::List(_) => {}
+            Flavor::Zero(c) => c.unregister_send(oper),
+        }
+    }
+
+    fn accept(&self, token: &mut Token, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.start_send(token),
+            Flavor::List(c) => c.start_send(token),
+            Flavor::Zero(c) => c.accept(token, cx),
+        }
+    }
+}
+
+impl<T> SelectHandle for Receiver<T> {
+    fn try_select(&self, token: &mut Token) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.start_recv(token),
+            Flavor::List(c) => c.start_recv(token),
+            Flavor::Zero(c) => c.start_recv(token),
+        }
+    }
+
+    fn register(&self, oper: Operation, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.register_recv(oper, cx),
+            Flavor::List(c) => c.register_recv(oper, cx),
+            Flavor::Zero(c) => c.register_recv(oper, cx),
+        }
+    }
+
+    fn unregister(&self, oper: Operation) {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.unregister_recv(oper),
+            Flavor::List(c) => c.unregister_recv(oper),
+            Flavor::Zero(c) => c.unregister_recv(oper),
+        }
+    }
+
+    fn accept(&self, token: &mut Token, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.start_recv(token),
+            Flavor::List(c) => c.start_recv(token),
+            Flavor::Zero(c) => c.accept(token, cx),
+        }
+    }
+}
+
+/// One registered operation: the handle, the index `Select` returned for it, and the address
+/// of the endpoint (to check that the caller completes the right one).
+struct Handle<'a> {
+    handle: &'a dyn SelectHandle,
+    index: usize,
+    endpoint: *const u8,
+}
+
+/// Waits on several send and receive operations; completes exactly one.
+///
+/// ```
+/// use courier::chan::{self, Select};
+///
+/// let (tx1, rx1) = chan::unbounded::<i32>();
+/// let (tx2, rx2) = chan::bounded::<&str>(1);
+/// tx2.send("hi").unwrap();
+///
+/// let mut sel = Select::new();
+/// let i1 = sel.recv(&rx1);
+/// let i2 = sel.recv(&rx2);
+/// let op = sel.select();
+/// assert_eq!(op.index(), i2);
+/// assert_eq!(op.recv(&rx2), Ok("hi"));
+/// # let _ = (i1, tx1);
+/// ```
+pub struct Select<'a> {
+    handles: Vec<Handle<'a>>,
+    next_index: usize,
+}
+
+impl fmt::Debug for Select<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Select").field("operations", &self.handles.len()).finish()
+    }
+}
+
+impl Default for Select<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: the raw `endpoint` pointers are only compared, never dereferenced; the handles are
+// `Sender`/`Receiver` references, which are `Sync` for `T: Send`.
+unsafe impl Send for Select<'_> {}
+
+impl<'a> Select<'a> {
+    /// An empty select.
+    pub fn new() -> Select<'a> {
+        Select { handles: Vec::with_capacity(4), next_index: 0 }
+    }
+
+    /// Adds a send on `tx`; returns the operation's index.
+    pub fn send<T>(&mut self, tx: &'a Sender<T>) -> usize {
+        self.push(tx, tx as *const Sender<T> as *const u8)
+    }
+
+    /// Adds a receive on `rx`; returns the operation's index.
+    pub fn recv<T>(&mut self, rx: &'a Receiver<T>) -> usize {
+        self.push(rx, rx as *const Receiver<T> as *const u8)
+    }
+
+    fn push(&mut self, handle: &'a dyn SelectHandle, endpoint: *const u8) -> usize {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.handles.push(Handle { handle, index, endpoint });
+        index
+    }
+
+    /// Completes nothing and returns at once if no operation is ready.
+    pub fn try_select(&mut self) -> Result<SelectedOperation<'a>, TrySelectError> {
+        self.run(Timeout::Now).ok_or(TrySelectError)
+    }
+
+    /// Waits until one operation is ready. Panics if the select is empty (it would never
+    /// return).
+    pub fn select(&mut self) -> SelectedOperation<'a> {
+        assert!(!self.handles.is_empty(), "select over no operation would wait forever");
+        self.run(Timeout::Never).expect("an untimed select returns an operation")
+    }
+
+    /// Waits at most `timeout` for an operation.
+    pub fn select_timeout(&mut self, timeout: Duration) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        match deadline_after(timeout) {
+            Some(deadline) => self.select_deadline(deadline),
+            None => Ok(self.select()),
+        }
+    }
+
+    /// Waits until `deadline` at the latest for an operation.
+    pub fn select_deadline(&mut self, deadline: Instant) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+        self.run(Timeout::At(deadline)).ok_or(SelectTimeoutError)
+    }
+
+    fn run(&mut self, timeout: Timeout) -> Option<SelectedOperation<'a>> {
+        let deadline = match timeout {
+            Timeout::At(d) => Some(d),
+            _ => None,
+        };
+        if self.handles.is_empty() {
+            if let Some(d) = deadline {
+                std::thread::sleep(d.saturating_duration_since(Instant::now()));
+            }
+            return None;
+        }
+        // Fairness: start each select at a different operation (not under loom: models must
+        // be deterministic).
+        if !cfg!(loom) {
+            let n = self.handles.len();
+            self.handles.rotate_left(next_rotation() % n);
+        }
+        let mut token = Token::default();
+        loop {
+            // 1. Is anything ready now?
+            for h in &self.handles {
+                if h.handle.try_select(&mut token) {
+                    return Some(SelectedOperation::new(token, h.index, h.endpoint));
+                }
+            }
+            if matches!(timeout, Timeout::Now) {
+                return None;
+            }
+            // 2. Register everywhere, re-check, park.
+            let handles = &mut self.handles;
+            let chosen = Context::with(|cx| {
+                let mut sel = Selected::Waiting;
+                let mut registered = 0;
+                for h in handles.iter_mut() {
+                    registered += 1;
+                    let oper = Operation::hook(h);
+                    let ready = h.handle.register(oper, cx);
+                    if ready {
+                        sel = match cx.try_select(Selected::Aborted) {
+                            Ok(()) => Selected::Aborted,
+                            Err(s) => s,
+                        };
+                        break;
+                    }
+                    sel = cx.selected();
+                    if sel != Selected::Waiting {
+                        break;
+                    }
+                }
+                if sel == Selected::Waiting {
+                    sel = cx.wait_until(deadline, true);
+                }
+                for h in handles.iter_mut().take(registered) {
+                    let oper = Operation::hook(h);
+                    h.handle.unregister(oper);
+                }
+                if let Selected::Operation(oper) = sel {
+                    for h in handles.iter_mut() {
+                        if Operation::hook(h) == oper {
+                            return h.handle.accept(&mut token, cx).then_some((h.index, h.endpoint));
+                        }
+                    }
+                }
+                None
+            });
+            if let Some((index, endpoint)) = chosen {
+                return Some(SelectedOperation::new(token, index, endpoint));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Timeout {
+    Now,
+    Never,
+    At(Instant),
+}
+
+/// A per-thread rotation counter (xorshift), to vary where each select starts.
+fn next_rotation() -> usize {
+    thread_local! {
+        static SEED: Cell<u32> = const { Cell::new(0x9E37_79B9) };
+    }
+    SEED.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s.set(x);
+        x as usize
+    })
+}
+
+/// The operation a select chose: complete it with [`send`](SelectedOperation::send) or
+/// [`recv`](SelectedOperation::recv) on the same endpoint. Dropping it without completing
+/// panics (a rendezvous peer may be waiting on it).
+#[must_use = "a selected operation must be completed with `send` or `recv`"]
+pub struct SelectedOperation<'a> {
+    token: Token,
+    index: usize,
+    endpoint: *const u8,
+    _marker: PhantomData<&'a ()>,
+}
+
+impl fmt::Debug for SelectedOperation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SelectedOperation").field("index", &self.index).finish()
+    }
+}
+
+impl<'a> SelectedOperation<'a> {
+    fn new(token: Token, index: usize, endpoint: *const u8) -> Self {
+        SelectedOperation { token, index, endpoint, _marker: PhantomData }
+    }
+
+    /// The index `Select::send`/`recv` returned for this operation.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Completes the selected send. Panics if `tx` is not the sender that was selected.
+    pub fn send<T>(mut self, tx: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
+        assert!(
+            std::ptr::eq(tx as *const Sender<T> as *const u8, self.endpoint),
+            "completed a selected operation on the wrong sender"
+        );
+        // SAFETY: the token holds the reservation made on `tx`'s channel (checked above).
+        let res = unsafe { tx.write(&mut self.token, msg) };
+        self.complete();
+        res.map_err(SendError)
+    }
+
+    /// Completes the selected receive. Panics if `rx` is not the receiver that was selected.
+    pub fn recv<T>(mut self, rx: &Receiver<T>) -> Result<T, RecvError> {
+        assert!(
+            std::ptr::eq(rx as *const Receiver<T> as *const u8, self.endpoint),
+            "completed a selected operation on the wrong receiver"
+        );
+        // SAFETY: the token holds the reservation made on `rx`'s channel (checked above).
+        let res = unsafe { rx.read(&mut self.token) };
+        self.complete();
+        res.map_err(|()| RecvError)
+    }
+
+    fn complete(self) {
+        // Everything the token holds is plain data or an `Option<Context>` already taken.
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again; dropping its token in place runs its destructor
+        // once (ManuallyDrop suppresses ours, which would panic).
+        unsafe { std::ptr::drop_in_place(&mut this.token) };
+    }
+}
+
+impl Drop for SelectedOperation<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("dropped a SelectedOperation without completing it");
+        }
+    }
+}

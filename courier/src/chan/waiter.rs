@@ -1,0 +1,724 @@
+//! The blocking protocol shared by every flavor: register, re-check, park; claim, hand off, unpark.
+//!
+//! # The protocol
+//!
+//! A blocked operation is one [`Context`] (a claim word, a hand-off slot and a [`Parker`]) plus
+//! one [`Entry`] per wait list it is queued on (several for a `Select`). It goes:
+//!
+//! 1. **register**: push an `Entry` on the channel's wait list, under the list's lock;
+//! 2. **re-check**: if the channel became ready meanwhile, claim *itself* (`WAITING -> ABORTED`)
+//!    so the wait below returns at once; the [`SyncWaitList`] fences make sure that a peer that
+//!    changed the state either sees the entry or is seen by the re-check (a Dekker pair);
+//! 3. **park**: [`Context::wait_until`] parks until the claim word changes (or the deadline
+//!    passes, in which case it claims itself `ABORTED`). Before registering, an operation spins
+//!    then yields, on the channel (`backoff::spin_then_yield`).
+//!
+//! A peer that makes the channel ready pops one entry of *another* task, claims it with one CAS
+//! (`WAITING -> Operation(op)`; a failed CAS means a `Select` was won elsewhere, so it tries the
+//! next entry), and unparks it **after** releasing the list lock (Go's `goready` after
+//! `unlock(&c.lock)`). Disconnection claims every entry with `DISCONNECTED`. An entry that was
+//! not claimed by a peer is removed by its owner before the operation returns.
+//!
+//! This is Go's `sudog`/`selectDone` and crossbeam-channel's `Context`/`Waker`
+//! (`crossbeam-channel/src/{context,waker}.rs`), written here for tasks that are threads *or*
+//! fibers.
+//!
+//! # Threads and fibers: the [`Park`] seam
+//!
+//! Parking goes through [`Parker`], an enum with two cases: a thread (`std::thread::park`, the
+//! built-in case, statically dispatched), or a task supplied by a scheduler through the [`Park`]
+//! trait (the `fiber` layer implements it: park = switch to the scheduler, unpark = push the fiber
+//! on its home run queue). The channel code never names either: it asks for "the current
+//! context" ([`Context::with`]), which is **one thread-local load** of the pointer a scheduler
+//! installs with [`TaskContext::run`] when it resumes a fiber (seed 001's inlined `curlwp`), and
+//! falls back to the thread's own cached context when that pointer is null.
+//!
+//! A context is reference counted (`Arc`): the waker holds a clone, so it may unpark a task that
+//! already saw its claim and returned (the unpark is then a spurious wake-up of its *next* wait,
+//! which re-checks its claim word and parks again).
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::time::Instant;
+
+use super::backoff::{spin_then_yield, Backoff};
+#[cfg(loom)]
+use crate::sync::atomic::fence;
+use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{thread, Arc, Mutex};
+
+// ===== Park: the seam =====
+
+/// How a task other than an OS thread sleeps and is woken: the interface a fiber scheduler
+/// implements so that `chan` can block its fibers (threads are built in).
+///
+/// Contract (liveness, not memory safety, depends on it):
+/// - `unpark` may be called from any thread, any number of times, before, during or after the
+///   `park` it is meant for;
+/// - an `unpark` that comes before a `park` is not lost: that `park` returns at once (a wake-up
+///   token, as `std::thread::park` keeps one);
+/// - `park` may return spuriously (the channel re-checks its state and parks again), and must
+///   return at or soon after `deadline` when one is given;
+/// - `park` is only called by the task the parker belongs to, while it runs.
+pub trait Park: Send + Sync + 'static {
+    /// Suspends the calling task until [`unpark`](Park::unpark) (or `deadline`, or spuriously).
+    fn park(&self, deadline: Option<Instant>);
+
+    /// Makes the task's current or next `park` return.
+    fn unpark(&self);
+
+    /// May a waiting channel operation call `std::thread::yield_now` before parking? A fiber
+    /// must answer `false`: yielding the OS thread would stall every fiber of its scheduler.
+    fn may_yield_thread(&self) -> bool {
+        false
+    }
+
+    /// Should a blocked operation spin (briefly, with `pause`) before parking this task? A
+    /// scheduler answers `false` when other tasks are ready to run on its thread: the peer a
+    /// fiber waits for may be one of them, and cannot run while it spins.
+    fn may_spin(&self) -> bool {
+        true
+    }
+}
+
+/// Who sleeps when a channel operation blocks.
+pub(crate) enum Parker {
+    /// An OS thread: `std::thread::park` / `Thread::unpark` (futex-based, keeps a token).
+    Thread(thread::Thread),
+    /// A task of a scheduler (a fiber), through the [`Park`] seam.
+    Task(Box<dyn Park>),
+}
+
+impl Parker {
+    #[inline]
+    fn park(&self, deadline: Option<Instant>) {
+        match self {
+            Parker::Thread(_) => match deadline {
+                None => thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now < deadline {
+                        thread::park_timeout(deadline - now);
+                    }
+                }
+            },
+            Parker::Task(task) => task.park(deadline),
+        }
+    }
+
+    #[inline]
+    fn unpark(&self) {
+        match self {
+            Parker::Thread(thread) => thread.unpark(),
+            Parker::Task(task) => task.unpark(),
+        }
+    }
+
+    #[inline]
+    fn may_yield_thread(&self) -> bool {
+        match self {
+            Parker::Thread(_) => true,
+            Parker::Task(task) => task.may_yield_thread(),
+        }
+    }
+}
+
+// ===== Selected, Operation =====
+
+/// Identifies one operation of one blocked task: the address of something the task keeps alive
+/// (and in place) while it is registered, so two live operations never share an id.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Operation(usize);
+
+impl Operation {
+    /// The operation named by the address of `r` (a token or a select entry on the caller's
+    /// stack; never zero-sized, so distinct objects have distinct addresses).
+    #[inline]
+    pub(crate) fn hook<R>(r: &mut R) -> Operation {
+        const { assert!(std::mem::size_of::<R>() > 0) };
+        let addr = r as *mut R as usize;
+        debug_assert!(addr > DISCONNECTED);
+        Operation(addr)
+    }
+}
+
+const WAITING: usize = 0;
+const ABORTED: usize = 1;
+const DISCONNECTED: usize = 2;
+
+/// The claim word of a [`Context`]: who ended the wait, and how.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Selected {
+    /// Still waiting.
+    Waiting,
+    /// The task gave up (timeout, or its re-check found the channel ready).
+    Aborted,
+    /// A channel it waits on was disconnected.
+    Disconnected,
+    /// A peer chose this operation.
+    Operation(Operation),
+}
+
+impl From<usize> for Selected {
+    #[inline]
+    fn from(word: usize) -> Selected {
+        match word {
+            WAITING => Selected::Waiting,
+            ABORTED => Selected::Aborted,
+            DISCONNECTED => Selected::Disconnected,
+            oper => Selected::Operation(Operation(oper)),
+        }
+    }
+}
+
+impl From<Selected> for usize {
+    #[inline]
+    fn from(sel: Selected) -> usize {
+        match sel {
+            Selected::Waiting => WAITING,
+            Selected::Aborted => ABORTED,
+            Selected::Disconnected => DISCONNECTED,
+            Selected::Operation(Operation(oper)) => oper,
+        }
+    }
+}
+
+// ===== Context =====
+
+/// The waiting state of one task: shared (by `Arc`) between the task and every wait-list entry
+/// that names it.
+#[derive(Clone)]
+pub(crate) struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The claim word: a [`Selected`], `WAITING` until someone claims the wait.
+    select: AtomicUsize,
+    /// The hand-off slot: the packet address a peer gives a `Select` it claimed (rendezvous).
+    packet: AtomicPtr<()>,
+    /// How this task sleeps.
+    parker: Parker,
+    /// Who this is, to keep a task from matching its own entries (a select that both sends and
+    /// receives on one rendezvous channel).
+    task_id: usize,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("selected", &self.selected()).field("task_id", &self.inner.task_id).finish()
+    }
+}
+
+impl Context {
+    fn new(parker: Parker, task_id: usize) -> Context {
+        Context {
+            inner: Arc::new(Inner {
+                select: AtomicUsize::new(WAITING),
+                packet: AtomicPtr::new(std::ptr::null_mut()),
+                parker,
+                task_id,
+            }),
+        }
+    }
+
+    /// A context for the calling OS thread.
+    fn for_thread() -> Context {
+        Context::new(Parker::Thread(thread::current()), current_thread_id())
+    }
+
+    /// Makes the context ready for a new operation.
+    ///
+    /// Only its owner calls this, between two operations: no entry of an earlier operation is
+    /// registered any more, so no peer claims it concurrently (an old waker may still unpark,
+    /// which is a harmless spurious wake-up).
+    #[inline]
+    fn reset(&self) {
+        self.inner.select.store(WAITING, Ordering::Relaxed);
+        self.inner.packet.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    /// Runs `f` with the context of the current task: the fiber a scheduler installed with
+    /// [`TaskContext::run`], else the thread's own (cached) context.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
+        // The `curlwp` read: one thread-local load, no call chain.
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as
+            // long as the pointer stays installed, and restores the previous value (even on
+            // unwind) before that borrow ends; so a non-null pointer is live here.
+            let cx = unsafe { &*task };
+            cx.reset();
+            return f(cx);
+        }
+        let mut f = Some(f);
+        let mut run = |cx: &Context| {
+            cx.reset();
+            let f = f.take().expect("the closure runs once");
+            f(cx)
+        };
+        // The thread's context is taken out of its cell while in use, so a nested blocking
+        // operation (a `Drop` that blocks, say) gets a fresh one instead of sharing it.
+        match THREAD_CONTEXT.try_with(|cell| cell.take()) {
+            Ok(Some(cx)) => {
+                let out = run(&cx);
+                let _ = THREAD_CONTEXT.try_with(|cell| cell.set(Some(cx)));
+                out
+            }
+            _ => run(&Context::for_thread()),
+        }
+    }
+
+    /// loom models have no thread-locals to cache in: a fresh context per operation.
+    #[cfg(loom)]
+    pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
+        f(&Context::for_thread())
+    }
+
+    /// Claims the wait for `sel` if it is still waiting. On failure, returns who claimed it.
+    #[inline]
+    pub(crate) fn try_select(&self, sel: Selected) -> Result<(), Selected> {
+        // SYNC POINT: claimer. Release publishes what the claimer did before (a packet written);
+        // Acquire (on failure too) lets a loser see what the winner published. Partner: the
+        // Acquire load in `wait_until`/`selected`.
+        self.inner
+            .select
+            .compare_exchange(WAITING, sel.into(), Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(Selected::from)
+    }
+
+    /// The current claim.
+    #[inline]
+    pub(crate) fn selected(&self) -> Selected {
+        // SYNC POINT: waiter. Partner: the claim CAS in `try_select`.
+        Selected::from(self.inner.select.load(Ordering::Acquire))
+    }
+
+    /// Gives a claimed `Select` the packet of its chosen rendezvous operation.
+    #[inline]
+    pub(crate) fn store_packet(&self, packet: *mut ()) {
+        if !packet.is_null() {
+            // SYNC POINT: producer of the packet address. Partner: `wait_packet`'s Acquire.
+            self.inner.packet.store(packet, Ordering::Release);
+        }
+    }
+
+    /// Waits (spinning) for the packet address that the claimer stores right after its claim.
+    pub(crate) fn wait_packet(&self) -> *mut () {
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: consumer of the packet address. Partner: `store_packet`.
+            let packet = self.inner.packet.load(Ordering::Acquire);
+            if !packet.is_null() {
+                return packet;
+            }
+            backoff.snooze(self.may_yield_thread());
+        }
+    }
+
+    /// The task this context belongs to.
+    #[inline]
+    pub(crate) fn task_id(&self) -> usize {
+        self.inner.task_id
+    }
+
+    #[inline]
+    pub(crate) fn may_yield_thread(&self) -> bool {
+        self.inner.parker.may_yield_thread()
+    }
+
+    /// Waits until the context is claimed, or the deadline passes (then claims it `Aborted`,
+    /// unless a peer claimed it first, whose claim is returned instead and must be honoured).
+    ///
+    /// With `spin`, first spins (then yields) on the claim word: the rendezvous flavor and
+    /// `Select`, whose peers claim registered waiters. The buffered flavors spin on the channel
+    /// itself before registering, and pass `false`.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
+        if spin {
+            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
+                let sel = self.selected();
+                (sel != Selected::Waiting).then_some(sel)
+            });
+            if let Some(sel) = claimed {
+                return sel;
+            }
+        }
+        loop {
+            let sel = self.selected();
+            if sel != Selected::Waiting {
+                return sel;
+            }
+            if let Some(deadline) = deadline {
+                if Instant::now() >= deadline {
+                    return match self.try_select(Selected::Aborted) {
+                        Ok(()) => Selected::Aborted,
+                        Err(sel) => sel,
+                    };
+                }
+            }
+            self.inner.parker.park(deadline);
+        }
+    }
+
+    /// Should this task spin before parking? (A thread: yes. A fiber: as its scheduler says.)
+    #[inline]
+    fn may_spin(&self) -> bool {
+        match &self.inner.parker {
+            Parker::Thread(_) => true,
+            Parker::Task(task) => task.may_spin(),
+        }
+    }
+
+    /// Parks the task directly (for `chan::local`, which keeps its own wake-up flag).
+    #[inline]
+    pub(crate) fn park(&self, deadline: Option<Instant>) {
+        self.inner.parker.park(deadline);
+    }
+
+    /// The installed scheduler task, if any (one thread-local load).
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn current_task() -> Option<*const Context> {
+        let task = CURRENT_TASK.get();
+        (!task.is_null()).then_some(task)
+    }
+
+    /// Wakes the task (after its claim word was set).
+    #[inline]
+    pub(crate) fn unpark(&self) {
+        self.inner.parker.unpark();
+    }
+}
+
+// ===== the current task =====
+
+#[cfg(not(loom))]
+thread_local! {
+    /// The context of the task a scheduler is running on this thread; null: the thread itself.
+    /// Const-initialised, so reading it is a single `%fs`-relative load.
+    static CURRENT_TASK: std::cell::Cell<*const Context> = const { std::cell::Cell::new(std::ptr::null()) };
+
+    /// This thread's own context, reused by its blocking operations (taken while in use).
+    static THREAD_CONTEXT: std::cell::Cell<Option<Context>> = const { std::cell::Cell::new(None) };
+
+    /// This thread's task id (0 until first asked).
+    static THREAD_ID: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A fresh task id. Threads and scheduler tasks draw from one counter, so ids never collide.
+/// (A plain std atomic: it hands out names, it synchronises nothing.)
+fn next_task_id() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DISCONNECTED + 1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(not(loom))]
+fn current_thread_id() -> usize {
+    let id = THREAD_ID.get();
+    if id != 0 {
+        return id;
+    }
+    let id = next_task_id();
+    THREAD_ID.set(id);
+    id
+}
+
+#[cfg(loom)]
+fn current_thread_id() -> usize {
+    // loom runs its model threads on one OS thread: name them by loom's thread id instead.
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    thread::current().id().hash(&mut h);
+    h.finish() as usize
+}
+
+/// Should the running task spin before parking? One thread-local load for a thread.
+#[inline]
+pub(crate) fn current_may_spin() -> bool {
+    #[cfg(not(loom))]
+    {
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
+            return unsafe { &*task }.may_spin();
+        }
+    }
+    true
+}
+
+/// May the running task yield its OS thread while it waits? (A thread: yes; a fiber: no.)
+#[inline]
+pub(crate) fn current_may_yield() -> bool {
+    #[cfg(not(loom))]
+    {
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
+            return unsafe { &*task }.may_yield_thread();
+        }
+    }
+    true
+}
+
+/// The id of the running task, as stored in its contexts.
+#[inline]
+pub(crate) fn current_task_id() -> usize {
+    #[cfg(not(loom))]
+    {
+        let task = CURRENT_TASK.get();
+        if !task.is_null() {
+            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
+            return unsafe { &*task }.task_id();
+        }
+    }
+    current_thread_id()
+}
+
+/// The waiting state of one scheduler task (a fiber): what a scheduler installs while it runs
+/// the task so that channel operations park the task instead of the thread.
+///
+/// Create one per task and keep it with the task; run each slice of the task inside
+/// [`run`](TaskContext::run):
+///
+/// ```
+/// use courier::chan::{self, Park, TaskContext};
+/// use std::time::Instant;
+///
+/// /// A stand-in "scheduler" whose tasks are threads: shows the seam, not a real fiber.
+/// struct ByThread(std::thread::Thread);
+/// impl Park for ByThread {
+///     fn park(&self, _deadline: Option<Instant>) { std::thread::park() }
+///     fn unpark(&self) { self.0.unpark() }
+/// }
+///
+/// let (tx, rx) = chan::bounded(1);
+/// let task = TaskContext::new(ByThread(std::thread::current()));
+/// let t = std::thread::spawn(move || tx.send(7).unwrap());
+/// assert_eq!(task.run(|| rx.recv()), Ok(7));
+/// t.join().unwrap();
+/// ```
+pub struct TaskContext {
+    cx: Context,
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext").finish_non_exhaustive()
+    }
+}
+
+impl TaskContext {
+    /// The context of a task that sleeps and wakes through `parker`.
+    pub fn new(parker: impl Park) -> TaskContext {
+        TaskContext { cx: Context::new(Parker::Task(Box::new(parker)), next_task_id()) }
+    }
+
+    /// Runs `f` as this task: channel operations that block inside `f` park through this
+    /// task's [`Park`] instead of parking the thread. Nests; restores the previous task on
+    /// return and on unwind.
+    #[cfg(not(loom))]
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(*const Context);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT_TASK.set(self.0);
+            }
+        }
+        let _restore = Restore(CURRENT_TASK.replace(&self.cx));
+        f()
+    }
+}
+
+// ===== wait lists =====
+
+/// One registered operation of one task.
+pub(crate) struct Entry {
+    /// Which of the task's operations this is.
+    pub(crate) oper: Operation,
+    /// Rendezvous hand-off packet (null for buffered flavors).
+    pub(crate) packet: *mut (),
+    /// The waiting task.
+    pub(crate) cx: Context,
+}
+
+/// The tasks waiting on one side of one channel. Not synchronised: see [`SyncWaitList`], or the
+/// rendezvous flavor's lock.
+pub(crate) struct WaitList {
+    entries: Vec<Entry>,
+}
+
+impl WaitList {
+    pub(crate) const fn new() -> WaitList {
+        WaitList { entries: Vec::new() }
+    }
+
+    #[inline]
+    pub(crate) fn register(&mut self, oper: Operation, cx: &Context) {
+        self.register_with_packet(oper, std::ptr::null_mut(), cx);
+    }
+
+    #[inline]
+    pub(crate) fn register_with_packet(&mut self, oper: Operation, packet: *mut (), cx: &Context) {
+        self.entries.push(Entry { oper, packet, cx: cx.clone() });
+    }
+
+    /// Removes the entry of `oper`, if a peer has not already taken it.
+    pub(crate) fn unregister(&mut self, oper: Operation) -> Option<Entry> {
+        let i = self.entries.iter().position(|e| e.oper == oper)?;
+        Some(self.entries.remove(i))
+    }
+
+    /// Claims the first (oldest) waiting entry of another task for its operation, removes it and
+    /// returns it, packet address stored; the caller unparks `entry.cx` once it has done its
+    /// part (and released any lock).
+    pub(crate) fn try_select(&mut self) -> Option<Entry> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let me = current_task_id();
+        let i = self
+            .entries
+            .iter()
+            .position(|e| e.cx.task_id() != me && e.cx.try_select(Selected::Operation(e.oper)).is_ok())?;
+        let entry = self.entries.remove(i);
+        entry.cx.store_packet(entry.packet);
+        Some(entry)
+    }
+
+    /// Is there a waiting entry of another task that `try_select` could claim?
+    pub(crate) fn can_select(&self) -> bool {
+        if self.entries.is_empty() {
+            return false;
+        }
+        let me = current_task_id();
+        self.entries.iter().any(|e| e.cx.task_id() != me && e.cx.selected() == Selected::Waiting)
+    }
+
+    /// Claims every entry with `Disconnected` and returns the contexts to unpark. The entries
+    /// stay: each owner unregisters its own.
+    pub(crate) fn disconnect(&mut self) -> Vec<Context> {
+        self.entries.iter().filter(|e| e.cx.try_select(Selected::Disconnected).is_ok()).map(|e| e.cx.clone()).collect()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// A [`WaitList`] behind its own lock, with an `is_empty` hint read without the lock, so that
+/// the fast path of a buffered channel pays one fence and one load to learn nobody waits
+/// (crossbeam's `SyncWaker`). The lock is only taken by tasks that block and by their wakers.
+pub(crate) struct SyncWaitList {
+    list: Mutex<WaitList>,
+    is_empty: AtomicBool,
+}
+
+impl SyncWaitList {
+    pub(crate) fn new() -> SyncWaitList {
+        SyncWaitList { list: Mutex::new(WaitList::new()), is_empty: AtomicBool::new(true) }
+    }
+
+    /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is
+    /// ready (step 2 of the protocol).
+    pub(crate) fn register(&self, oper: Operation, cx: &Context) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.register(oper, cx);
+        // SYNC POINT: waiter side of a Dekker pair: [store `is_empty = false` (SeqCst); caller
+        // re-checks the channel with SeqCst loads] against the notifier's [change the channel
+        // with a SeqCst RMW (the head/tail CAS); load `is_empty` (SeqCst)]. All four are in the
+        // single SeqCst order, so at least one side sees the other's write: no lost wake-up.
+        self.is_empty.store(false, Ordering::SeqCst);
+        drop(list);
+        loom_seqcst_fence();
+    }
+
+    /// Removes `oper` if a peer did not already take it.
+    pub(crate) fn unregister(&self, oper: Operation) -> Option<Entry> {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = list.unregister(oper);
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
+        entry
+    }
+
+    /// Wakes one waiting task, if any. Called after every change that may let a waiter proceed.
+    #[inline]
+    pub(crate) fn notify(&self) {
+        // SYNC POINT: notifier side of the Dekker pair; partner: the SeqCst store in `register`.
+        // The caller changed the channel with a SeqCst RMW before (x86: this load is a plain
+        // `mov`, no fence on the fast path).
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) {
+            self.notify_slow();
+        }
+    }
+
+    /// Like [`notify`](Self::notify), and runs `help` on the claimed entry before waking its
+    /// task (outside the lock): the bounded flavor uses it to move a blocked sender's message
+    /// into the slot that just freed up.
+    #[inline]
+    pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
+        // SYNC POINT: as in `notify`.
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) {
+            self.notify_slow_with(help);
+        }
+    }
+
+    #[cold]
+    fn notify_slow(&self) {
+        self.notify_slow_with(|_| {});
+    }
+
+    #[cold]
+    fn notify_slow_with(&self, help: impl FnOnce(&Entry)) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = list.try_select();
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
+        drop(list);
+        if let Some(entry) = entry {
+            help(&entry);
+            entry.cx.unpark();
+        }
+    }
+
+    /// Registers `oper` with a hand-off packet (see [`notify_with`](Self::notify_with)).
+    pub(crate) fn register_with_packet(&self, oper: Operation, packet: *mut (), cx: &Context) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.register_with_packet(oper, packet, cx);
+        // SYNC POINT: as in `register`.
+        self.is_empty.store(false, Ordering::SeqCst);
+        drop(list);
+        loom_seqcst_fence();
+    }
+
+    /// Wakes every waiting task with `Disconnected`. Takes the lock unconditionally: the caller
+    /// marked the channel disconnected with an RMW before, and a task that registers after this
+    /// lock sees the mark in its re-check.
+    pub(crate) fn disconnect(&self) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let woken = list.disconnect();
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
+        drop(list);
+        for cx in woken {
+            cx.unpark();
+        }
+    }
+}
+
+/// loom treats SeqCst loads and stores as AcqRel (its README, "Unsupported features"), which
+/// would let the models lose wake-ups the SeqCst order forbids; a SeqCst fence, which loom does
+/// model, restores that order in the models. Real builds rely on the SeqCst accesses alone.
+#[inline(always)]
+fn loom_seqcst_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+impl Drop for SyncWaitList {
+    fn drop(&mut self) {
+        debug_assert!(self.list.get_mut().map(|l| l.is_empty()).unwrap_or(true));
+    }
+}

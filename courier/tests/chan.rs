@@ -1,0 +1,431 @@
+//! Behaviour of every `chan` flavor through the public API: one suite, run against each
+//! constructor (the "one suite, every implementation" rule of STYLE.md §6).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use courier::chan::{
+    self, Receiver, RecvError, RecvTimeoutError, Select, SendError, SendTimeoutError, Sender, TryRecvError,
+    TrySendError,
+};
+
+/// Small under Miri, meaningful otherwise.
+const N: usize = if cfg!(miri) { 50 } else { 10_000 };
+
+/// Every buffered constructor, by name (rendezvous has its own tests: it never buffers).
+/// A channel's two ends.
+type Pair<T> = (Sender<T>, Receiver<T>);
+
+fn buffered<T>() -> Vec<(&'static str, Pair<T>)> {
+    vec![
+        ("bounded(1)", chan::bounded(1)),
+        ("bounded(3)", chan::bounded(3)),
+        ("bounded(64)", chan::bounded(64)),
+        ("unbounded", chan::unbounded()),
+    ]
+}
+
+/// Every constructor, rendezvous included.
+fn all<T>() -> Vec<(&'static str, Pair<T>)> {
+    let mut v = buffered();
+    v.push(("bounded(0)", chan::bounded(0)));
+    v
+}
+
+/// Counts drops, to prove each message is dropped exactly once.
+#[derive(Debug)]
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn try_ops_and_capacity() {
+    for (name, (tx, rx)) in buffered::<u32>() {
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty), "{name}");
+        assert!(tx.is_empty() && rx.is_empty(), "{name}");
+        tx.try_send(1).unwrap();
+        assert_eq!(tx.len(), 1, "{name}");
+        assert_eq!(rx.try_recv(), Ok(1), "{name}");
+        match tx.capacity() {
+            Some(cap) => {
+                for i in 0..cap as u32 {
+                    tx.try_send(i).unwrap();
+                }
+                assert!(tx.is_full(), "{name}");
+                assert_eq!(tx.len(), cap, "{name}");
+                assert_eq!(tx.try_send(99), Err(TrySendError::Full(99)), "{name}");
+                assert_eq!(rx.try_iter().count(), cap, "{name}");
+            }
+            None => {
+                for i in 0..100 {
+                    tx.try_send(i).unwrap();
+                }
+                assert_eq!(rx.len(), 100, "{name}");
+                assert_eq!(rx.try_iter().collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+            }
+        }
+        assert!(rx.is_empty(), "{name}");
+    }
+    let (tx, rx) = chan::bounded::<u32>(0);
+    assert_eq!(tx.capacity(), Some(0));
+    assert_eq!(tx.try_send(1), Err(TrySendError::Full(1)));
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    assert_eq!(chan::unbounded::<u8>().0.capacity(), None);
+}
+
+#[test]
+fn fifo_single_thread_across_blocks() {
+    // 100 messages cross several 31-slot blocks of the unbounded flavor and wrap the rings.
+    for (name, (tx, rx)) in buffered::<usize>() {
+        for round in 0..10 {
+            let burst = tx.capacity().unwrap_or(100).min(100);
+            for i in 0..burst {
+                tx.send(round * 1000 + i).unwrap();
+            }
+            for i in 0..burst {
+                assert_eq!(rx.recv(), Ok(round * 1000 + i), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn disconnect_by_senders_drains_then_fails() {
+    for (name, (tx, rx)) in buffered::<u32>() {
+        tx.send(7).unwrap();
+        let tx2 = tx.clone();
+        drop(tx);
+        assert!(!rx.is_disconnected(), "{name}");
+        drop(tx2);
+        assert!(rx.is_disconnected(), "{name}");
+        assert_eq!(rx.recv(), Ok(7), "{name}");
+        assert_eq!(rx.recv(), Err(RecvError), "{name}");
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected), "{name}");
+        assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Disconnected), "{name}");
+    }
+    let (tx, rx) = chan::bounded::<u32>(0);
+    drop(tx);
+    assert_eq!(rx.recv(), Err(RecvError));
+}
+
+#[test]
+fn disconnect_by_receivers_hands_message_back() {
+    for (name, (tx, rx)) in all::<String>() {
+        let rx2 = rx.clone();
+        drop(rx);
+        drop(rx2);
+        assert!(tx.is_disconnected(), "{name}");
+        let err = tx.send("lost".to_string()).unwrap_err();
+        assert_eq!(err.into_inner(), "lost", "{name}");
+        assert_eq!(tx.try_send("x".into()), Err(TrySendError::Disconnected("x".into())), "{name}");
+        assert!(matches!(
+            tx.send_timeout("y".into(), Duration::from_millis(1)),
+            Err(SendTimeoutError::Disconnected(m)) if m == "y"
+        ));
+    }
+}
+
+#[test]
+fn errors_debug_without_t_debug() {
+    struct Opaque;
+    let (tx, rx) = chan::bounded::<Opaque>(1);
+    drop(rx);
+    let e = tx.send(Opaque).unwrap_err();
+    assert_eq!(format!("{e:?}"), "SendError { .. }");
+    assert_eq!(format!("{e}"), "sending on a disconnected channel");
+    let e = tx.try_send(Opaque).unwrap_err();
+    assert_eq!(format!("{e:?}"), "Disconnected(..)");
+    assert!(e.is_disconnected());
+    // Errors are std errors (`?` into Box<dyn Error>).
+    let boxed: Box<dyn std::error::Error> = Box::new(SendError(Opaque));
+    assert!(boxed.to_string().contains("disconnected"));
+}
+
+#[test]
+fn timeouts_expire() {
+    for (name, (tx, rx)) in all::<u32>() {
+        let start = Instant::now();
+        assert_eq!(rx.recv_timeout(Duration::from_millis(20)), Err(RecvTimeoutError::Timeout), "{name}");
+        assert!(start.elapsed() >= Duration::from_millis(20), "{name}");
+        assert_eq!(rx.recv_deadline(Instant::now()), Err(RecvTimeoutError::Timeout), "{name}");
+        if let Some(cap) = tx.capacity() {
+            for i in 0..cap as u32 {
+                tx.send(i).unwrap();
+            }
+            assert_eq!(tx.send_timeout(9, Duration::from_millis(10)), Err(SendTimeoutError::Timeout(9)), "{name}");
+        }
+    }
+}
+
+#[test]
+fn blocking_wakes_across_threads() {
+    for (name, (tx, rx)) in all::<usize>() {
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            for i in 0..100 {
+                tx.send(i).unwrap();
+            }
+        });
+        // The receiver parks (the sender sleeps first), then is woken.
+        for i in 0..100 {
+            assert_eq!(rx.recv(), Ok(i), "{name}");
+        }
+        t.join().unwrap();
+        assert_eq!(rx.recv(), Err(RecvError), "{name}");
+    }
+}
+
+#[test]
+fn blocked_sender_wakes_on_receive_and_on_disconnect() {
+    for (name, (tx, rx)) in [("bounded(1)", chan::bounded(1)), ("bounded(0)", chan::bounded(0))] {
+        if tx.capacity() == Some(1) {
+            tx.send(0u32).unwrap();
+        }
+        let t = thread::spawn(move || tx.send(1));
+        thread::sleep(Duration::from_millis(5));
+        drop(rx); // the parked sender must fail, with its message
+        assert_eq!(t.join().unwrap(), Err(SendError(1)), "{name}");
+    }
+}
+
+#[test]
+fn rendezvous_pairs_exactly() {
+    let (tx, rx) = chan::bounded::<usize>(0);
+    let t = thread::spawn(move || {
+        for i in 0..N {
+            tx.send(i).unwrap();
+        }
+    });
+    for i in 0..N {
+        assert_eq!(rx.recv(), Ok(i));
+    }
+    t.join().unwrap();
+}
+
+#[test]
+fn dropping_a_channel_drops_queued_messages_once() {
+    for (name, (tx, rx)) in buffered::<Counted>() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let n = tx.capacity().unwrap_or(70).min(70);
+        for _ in 0..n {
+            tx.send(Counted(drops.clone())).unwrap();
+        }
+        drop(rx.recv().unwrap());
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "{name}");
+        drop(tx);
+        drop(rx);
+        assert_eq!(drops.load(Ordering::SeqCst), n, "{name}");
+    }
+    // Receivers gone first: the message handed back by a failed send is the caller's.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = chan::unbounded();
+    tx.send(Counted(drops.clone())).unwrap();
+    drop(rx);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    let back = tx.send(Counted(drops.clone())).unwrap_err().into_inner();
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    drop(back);
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn iterators() {
+    let (tx, rx) = chan::unbounded();
+    for i in 0..5 {
+        tx.send(i).unwrap();
+    }
+    assert_eq!(rx.try_iter().take(2).collect::<Vec<_>>(), [0, 1]);
+    drop(tx);
+    assert_eq!((&rx).into_iter().collect::<Vec<_>>(), [2, 3, 4]);
+    let (tx, rx) = chan::bounded(2);
+    let t = thread::spawn(move || (0..10).for_each(|i| tx.send(i).unwrap()));
+    assert_eq!(rx.into_iter().sum::<i32>(), 45);
+    t.join().unwrap();
+}
+
+#[test]
+fn same_channel_and_debug() {
+    let (tx, rx) = chan::unbounded::<u8>();
+    let (tx2, _rx2) = chan::unbounded::<u8>();
+    assert!(tx.same_channel(&tx.clone()));
+    assert!(!tx.same_channel(&tx2));
+    assert!(rx.same_channel(&rx.clone()));
+    assert_eq!(format!("{tx:?} {rx:?}"), "Sender { .. } Receiver { .. }");
+}
+
+// ===== select =====
+
+#[test]
+fn select_picks_the_ready_receiver() {
+    let (tx1, rx1) = chan::unbounded::<u32>();
+    let (tx2, rx2) = chan::bounded::<u32>(1);
+    let (_tx3, rx3) = chan::bounded::<u32>(0);
+    tx2.send(2).unwrap();
+    let mut sel = Select::new();
+    let i1 = sel.recv(&rx1);
+    let i2 = sel.recv(&rx2);
+    let i3 = sel.recv(&rx3);
+    let op = sel.select();
+    assert_eq!(op.index(), i2);
+    assert_eq!(op.recv(&rx2), Ok(2));
+    assert!(sel.try_select().is_err());
+    tx1.send(1).unwrap();
+    let op = sel.select_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(op.index(), i1);
+    assert_eq!(op.recv(&rx1), Ok(1));
+    assert!(sel.select_timeout(Duration::from_millis(10)).is_err());
+    let _ = i3;
+}
+
+#[test]
+fn select_blocks_until_a_peer_arrives() {
+    for kind in ["bounded(0)", "bounded(1)", "unbounded"] {
+        let make = || match kind {
+            "bounded(0)" => chan::bounded::<u32>(0),
+            "bounded(1)" => chan::bounded::<u32>(1),
+            _ => chan::unbounded::<u32>(),
+        };
+        let (tx1, rx1) = make();
+        let (tx2, rx2) = make();
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            tx2.send(22).unwrap();
+            tx1
+        });
+        let mut sel = Select::new();
+        let _i1 = sel.recv(&rx1);
+        let i2 = sel.recv(&rx2);
+        let op = sel.select();
+        assert_eq!(op.index(), i2, "{kind}");
+        assert_eq!(op.recv(&rx2), Ok(22), "{kind}");
+        drop(t.join().unwrap());
+    }
+}
+
+#[test]
+fn select_send_to_a_waiting_receiver() {
+    let (tx, rx) = chan::bounded::<u32>(0);
+    let (tx_full, _rx_full) = chan::bounded::<u32>(1);
+    tx_full.send(0).unwrap();
+    let t = thread::spawn(move || rx.recv());
+    let mut sel = Select::new();
+    let _full = sel.send(&tx_full);
+    let i = sel.send(&tx);
+    let op = sel.select();
+    assert_eq!(op.index(), i);
+    op.send(&tx, 5).unwrap();
+    assert_eq!(t.join().unwrap(), Ok(5));
+}
+
+#[test]
+fn select_sees_disconnection() {
+    let (tx, rx) = chan::bounded::<u32>(0);
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(5));
+        drop(tx);
+    });
+    let mut sel = Select::new();
+    let i = sel.recv(&rx);
+    let op = sel.select();
+    assert_eq!(op.index(), i);
+    assert_eq!(op.recv(&rx), Err(RecvError));
+    t.join().unwrap();
+}
+
+#[test]
+fn select_send_and_recv_on_one_rendezvous_does_not_match_itself() {
+    let (tx, rx) = chan::bounded::<u32>(0);
+    let mut sel = Select::new();
+    sel.send(&tx);
+    sel.recv(&rx);
+    assert!(sel.select_timeout(Duration::from_millis(20)).is_err());
+}
+
+#[test]
+fn select_rendezvous_both_sides_select() {
+    // A selecting sender meets a selecting receiver: heap packets on both registrations.
+    let (tx, rx) = chan::bounded::<usize>(0);
+    let t = thread::spawn(move || {
+        for i in 0..200 {
+            let mut sel = Select::new();
+            sel.send(&tx);
+            sel.select().send(&tx, i).unwrap();
+        }
+    });
+    for i in 0..200 {
+        let mut sel = Select::new();
+        sel.recv(&rx);
+        assert_eq!(sel.select().recv(&rx), Ok(i));
+    }
+    t.join().unwrap();
+}
+
+// ===== oneshot, local =====
+
+#[test]
+fn oneshot_delivers_once() {
+    let (tx, rx) = chan::oneshot();
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(5));
+        tx.send(5u32).unwrap();
+    });
+    assert_eq!(rx.recv(), Ok(5));
+    assert_eq!(rx.recv(), Err(RecvError));
+    t.join().unwrap();
+
+    let (tx, rx) = chan::oneshot::<u32>();
+    drop(tx);
+    assert_eq!(rx.recv(), Err(RecvError));
+
+    let (tx, rx) = chan::oneshot::<String>();
+    drop(rx);
+    assert_eq!(tx.send("back".into()).unwrap_err().0, "back");
+
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = chan::oneshot();
+    tx.send(Counted(drops.clone())).unwrap();
+    assert!(rx.is_ready());
+    drop(rx);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+
+    let (_tx, rx) = chan::oneshot::<u8>();
+    assert_eq!(rx.recv_timeout(Duration::from_millis(5)), Err(RecvTimeoutError::Timeout));
+}
+
+#[test]
+fn local_channel_semantics() {
+    let (tx, rx) = chan::local::bounded(2);
+    tx.try_send(1).unwrap();
+    tx.send(2).unwrap();
+    assert_eq!(tx.try_send(3), Err(TrySendError::Full(3)));
+    assert_eq!(rx.len(), 2);
+    assert_eq!(rx.try_iter().collect::<Vec<_>>(), [1, 2]);
+    let tx2 = tx.clone();
+    drop(tx);
+    tx2.send(4).unwrap();
+    drop(tx2);
+    assert_eq!(rx.recv(), Ok(4));
+    assert_eq!(rx.recv(), Err(RecvError));
+
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = chan::local::channel();
+    tx.send(Counted(drops.clone())).unwrap();
+    tx.send(Counted(drops.clone())).unwrap();
+    drop(rx);
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+    assert!(tx.send(Counted(drops.clone())).is_err());
+}
+
+#[test]
+#[should_panic(expected = "would block the thread forever")]
+fn local_blocking_outside_a_task_panics_instead_of_deadlocking() {
+    let (_tx, rx) = chan::local::channel::<u8>();
+    let _ = rx.recv();
+}

@@ -1,0 +1,280 @@
+//! Stress: many threads on every flavor, checking totals. Each test runs under a watchdog so a
+//! lost wake-up fails the test (with a message) instead of hanging CI.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use courier::chan::{self, Receiver, Select, Sender, TaskContext};
+
+/// Messages per producer: small under Miri.
+const PER_PRODUCER: u64 = if cfg!(miri) { 20 } else { 20_000 };
+const PRODUCERS: usize = 6;
+const CONSUMERS: usize = 6;
+
+/// Runs `f` on a thread and fails if it does not finish within `limit`.
+fn with_watchdog(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        f();
+        let _ = done_tx.send(());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(()) => t.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            // The body panicked: surface its panic.
+            t.join().unwrap();
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{name}: not done after {limit:?} (lost wake-up or deadlock)")
+        }
+    }
+}
+
+/// A channel's two ends.
+type Pair<T> = (Sender<T>, Receiver<T>);
+
+fn flavors() -> Vec<(&'static str, Pair<u64>)> {
+    vec![
+        ("bounded(0)", chan::bounded(0)),
+        ("bounded(1)", chan::bounded(1)),
+        ("bounded(16)", chan::bounded(16)),
+        ("unbounded", chan::unbounded()),
+    ]
+}
+
+#[test]
+fn mpmc_totals() {
+    with_watchdog("mpmc_totals", Duration::from_secs(120), || {
+        for (name, (tx, rx)) in flavors() {
+            let producers: Vec<_> = (0..PRODUCERS as u64)
+                .map(|p| {
+                    let tx = tx.clone();
+                    thread::spawn(move || {
+                        for i in 0..PER_PRODUCER {
+                            tx.send(p * PER_PRODUCER + i).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            drop(tx);
+            let consumers: Vec<_> = (0..CONSUMERS)
+                .map(|_| {
+                    let rx = rx.clone();
+                    thread::spawn(move || {
+                        let (mut n, mut sum) = (0u64, 0u64);
+                        for v in rx.iter() {
+                            n += 1;
+                            sum += v;
+                        }
+                        (n, sum)
+                    })
+                })
+                .collect();
+            drop(rx);
+            producers.into_iter().for_each(|t| t.join().unwrap());
+            let (n, sum) =
+                consumers.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+            let total = PRODUCERS as u64 * PER_PRODUCER;
+            assert_eq!(n, total, "{name}: message count");
+            assert_eq!(sum, total * (total - 1) / 2, "{name}: message sum");
+        }
+    });
+}
+
+#[test]
+fn select_many_to_many_totals() {
+    with_watchdog("select_many_to_many_totals", Duration::from_secs(120), || {
+        for (name, make) in [
+            ("bounded(0)", (|| chan::bounded::<u64>(0)) as fn() -> Pair<u64>),
+            ("bounded(2)", || chan::bounded(2)),
+            ("unbounded", chan::unbounded),
+        ] {
+            let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| make()).unzip();
+            let per = PER_PRODUCER / 4;
+            let producers: Vec<_> = (0..4u64)
+                .map(|p| {
+                    let txs = txs.clone();
+                    thread::spawn(move || {
+                        for i in 0..per {
+                            let mut sel = Select::new();
+                            for tx in &txs {
+                                sel.send(tx);
+                            }
+                            let op = sel.select();
+                            let k = op.index();
+                            op.send(&txs[k], p * per + i).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            drop(txs);
+            let consumers: Vec<_> = (0..4)
+                .map(|_| {
+                    let rxs = rxs.clone();
+                    thread::spawn(move || {
+                        let (mut n, mut sum) = (0u64, 0u64);
+                        let mut open = rxs.len();
+                        let mut done = vec![false; rxs.len()];
+                        while open > 0 {
+                            let mut sel = Select::new();
+                            let mut idx = Vec::new();
+                            for (k, rx) in rxs.iter().enumerate() {
+                                if !done[k] {
+                                    sel.recv(rx);
+                                    idx.push(k);
+                                }
+                            }
+                            let op = sel.select();
+                            let k = idx[op.index()];
+                            match op.recv(&rxs[k]) {
+                                Ok(v) => {
+                                    n += 1;
+                                    sum += v;
+                                }
+                                Err(_) => {
+                                    done[k] = true;
+                                    open -= 1;
+                                }
+                            }
+                        }
+                        (n, sum)
+                    })
+                })
+                .collect();
+            drop(rxs);
+            producers.into_iter().for_each(|t| t.join().unwrap());
+            let (n, sum) =
+                consumers.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+            let total = 4 * per;
+            assert_eq!(n, total, "{name}: message count");
+            assert_eq!(sum, total * (total - 1) / 2, "{name}: message sum");
+        }
+    });
+}
+
+#[test]
+fn ring_of_threads_completes() {
+    // Seed 003's ring: every task sends to the next and receives from its own channel.
+    with_watchdog("ring_of_threads_completes", Duration::from_secs(120), || {
+        for (name, make) in
+            [("bounded(1)", (|| chan::bounded::<u64>(1)) as fn() -> Pair<u64>), ("unbounded", chan::unbounded)]
+        {
+            let n = 8;
+            let rounds = PER_PRODUCER / 4;
+            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| make()).unzip();
+            txs.rotate_left(1);
+            let handles: Vec<_> = txs
+                .into_iter()
+                .zip(rxs)
+                .map(|(tx, rx)| {
+                    thread::spawn(move || {
+                        let mut sum = 0;
+                        for j in 0..rounds {
+                            tx.send(j).unwrap();
+                            sum += rx.recv().unwrap();
+                        }
+                        sum
+                    })
+                })
+                .collect();
+            let total: u64 = handles.into_iter().map(|t| t.join().unwrap()).sum();
+            assert_eq!(total, n as u64 * rounds * (rounds - 1) / 2, "{name}");
+        }
+    });
+}
+
+#[test]
+fn disconnect_races_drop_every_message_once() {
+    struct D(Arc<AtomicUsize>);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    with_watchdog("disconnect_races", Duration::from_secs(120), || {
+        for round in 0..if cfg!(miri) { 2 } else { 200 } {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = match round % 3 {
+                0 => chan::bounded::<D>(0),
+                1 => chan::bounded::<D>(2),
+                _ => chan::unbounded::<D>(),
+            };
+            let sent = 50;
+            let producers: Vec<_> = (0..3)
+                .map(|_| {
+                    let tx = tx.clone();
+                    let drops = drops.clone();
+                    thread::spawn(move || {
+                        for _ in 0..sent {
+                            if tx.send(D(drops.clone())).is_err() {
+                                break; // the handed-back message is dropped here
+                            }
+                        }
+                    })
+                })
+                .collect();
+            drop(tx);
+            // Receive a little, then leave while the producers are still sending.
+            for _ in 0..round % 7 {
+                let _ = rx.recv();
+            }
+            drop(rx);
+            producers.into_iter().for_each(|t| t.join().unwrap());
+            // Each producer created at most `sent` messages, and every created one is dropped:
+            // received, discarded by the channel, or handed back.
+            let created = drops.load(Ordering::SeqCst);
+            assert!(created <= 3 * sent, "round {round}: {created} drops");
+            assert!(created >= round % 7, "round {round}");
+        }
+    });
+}
+
+/// A stand-in task scheduler whose tasks are threads: exercises the `Park` seam under load.
+struct ThreadTask(thread::Thread, Arc<AtomicUsize>);
+
+impl chan::Park for ThreadTask {
+    fn park(&self, deadline: Option<std::time::Instant>) {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        match deadline {
+            Some(d) => thread::park_timeout(d.saturating_duration_since(std::time::Instant::now())),
+            None => thread::park(),
+        }
+    }
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+    fn may_spin(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn blocking_through_the_park_seam() {
+    with_watchdog("park_seam", Duration::from_secs(60), || {
+        let parks = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = chan::bounded::<u64>(0);
+        let (back_tx, back_rx) = chan::bounded::<u64>(1);
+        let p = parks.clone();
+        let t = thread::spawn(move || {
+            let task = TaskContext::new(ThreadTask(thread::current(), p));
+            task.run(|| {
+                for v in rx.iter() {
+                    back_tx.send(v * 2).unwrap();
+                }
+            });
+        });
+        let n = if cfg!(miri) { 10 } else { 2_000 };
+        let mut sum = 0;
+        for i in 0..n {
+            tx.send(i).unwrap();
+            sum += back_rx.recv().unwrap();
+        }
+        drop(tx);
+        t.join().unwrap();
+        assert_eq!(sum, n * (n - 1));
+        // The task never spins (its `may_spin` says no), so it parked through the seam.
+        assert!(parks.load(Ordering::Relaxed) > 0);
+    });
+}
