@@ -43,6 +43,8 @@ use super::stats::Summary;
 
 /// The subject every ratio is taken against.
 pub const REFERENCE: &str = "courier";
+/// The subject a `floor` row is read against when the case has it.
+pub const RAWEST: &str = "courier-bytes";
 /// The subject that stands for the physical limit.
 pub const FLOOR: &str = "floor";
 
@@ -158,7 +160,8 @@ impl Report {
     /// Variants pair up: a peer `<crate>-<variant>` is compared with
     /// `courier-<variant>` when the case has one (`ipc-channel-bytes` with
     /// `courier-bytes`), else with `courier`; every courier row is a
-    /// reference. The floor is compared with the best courier row of the case.
+    /// reference. The floor is compared with `courier-bytes` where the case
+    /// has it, else with `courier`.
     pub fn ratio(&self, row: &Row) -> Ratio {
         if row.subject == REFERENCE || row.subject.starts_with("courier-") {
             return Ratio::Reference;
@@ -166,14 +169,15 @@ impl Report {
         let sense = Sense::of(&row.metric);
         let same = |r: &&Row| r.case == row.case && r.metric == row.metric;
         if row.subject == FLOOR {
-            let best = self
+            // The floor is read against courier's rawest path: its bytes
+            // channel where the case has one, else `courier`.
+            let reference = self
                 .rows
                 .iter()
                 .filter(same)
-                .filter(|r| r.subject == REFERENCE || r.subject.starts_with("courier-"))
-                .filter_map(|r| sense.advantage(row.value, r.value).map(|ratio| (ratio, r)))
-                .min_by(|a, b| a.0.total_cmp(&b.0));
-            return best.map_or(Ratio::None, |(ratio, _)| Ratio::FromFloor(ratio));
+                .find(|r| r.subject == RAWEST)
+                .or_else(|| self.rows.iter().filter(same).find(|r| r.subject == REFERENCE));
+            return reference.and_then(|r| sense.advantage(row.value, r.value)).map_or(Ratio::None, Ratio::FromFloor);
         }
         // `ipc-channel-bytes` tries `courier-channel-bytes`, then `courier-bytes`.
         let variants = row.subject.match_indices('-').map(|(i, _)| format!("courier{}", &row.subject[i..]));
@@ -456,7 +460,7 @@ mod tests {
                 Ratio::Ahead(1.5),      // typed against typed: 6000 / 4000
                 Ratio::Ahead(1.5),      // bytes against bytes: 1500 / 1000
                 Ratio::Ahead(0.5),      // no courier-channel: against courier
-                Ratio::FromFloor(1.25), // best courier row: 1000 / 800
+                Ratio::FromFloor(1.25), // courier-bytes: 1000 / 800
             ]
         );
     }

@@ -45,11 +45,48 @@ pub static REACHES: &[Reach] = &[
         measure: courier_ipc,
     },
     Reach {
+        subject: "courier-chan",
+        about: "courier::chan bounded(1) between threads' ends, used by one thread: send + recv of the payload buffer",
+        measure: courier_chan,
+    },
+    Reach {
+        subject: "courier-local",
+        about: "courier::chan::local (one thread, no atomics): send + recv of the payload buffer",
+        measure: courier_local,
+    },
+    Reach {
         subject: "floor",
         about: "send(2) + recv(2) on a SOCK_SEQPACKET socketpair (rustix, no courier code)",
         measure: floor::sendrecv,
     },
 ];
+
+/// The thread reach: the payload buffer moves through a `chan::bounded(1)`
+/// and back (ownership moves; no allocation per message).
+fn courier_chan(sampler: &Sampler, size: usize) -> Result<Sampled> {
+    let (tx, rx) = courier::chan::bounded::<Vec<u8>>(1);
+    let mut payload = vec![0x5a; size];
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
+            payload = std::hint::black_box(rx.recv()?);
+        }
+        Ok::<_, crate::harness::Error>(())
+    })?)
+}
+
+/// The fiber reach: the same through `chan::local`, which has no atomics.
+fn courier_local(sampler: &Sampler, size: usize) -> Result<Sampled> {
+    let (tx, rx) = courier::chan::local::channel::<Vec<u8>>();
+    let mut payload = vec![0x5a; size];
+    Ok(sampler.run(|ops| {
+        for _ in 0..ops {
+            tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
+            payload = std::hint::black_box(rx.recv()?);
+        }
+        Ok::<_, crate::harness::Error>(())
+    })?)
+}
 
 /// The process reach: courier's bytes channel, one message sent and received.
 fn courier_ipc(sampler: &Sampler, size: usize) -> Result<Sampled> {
