@@ -66,26 +66,26 @@ pub static REACHES: &[Reach] = &[
 fn courier_chan(sampler: &Sampler, size: usize) -> Result<Sampled> {
     let (tx, rx) = courier::chan::bounded::<Vec<u8>>(1);
     let mut payload = vec![0x5a; size];
-    Ok(sampler.run(|ops| {
+    sampler.run(|ops| {
         for _ in 0..ops {
             tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
             payload = std::hint::black_box(rx.recv()?);
         }
         Ok::<_, crate::harness::Error>(())
-    })?)
+    })
 }
 
 /// The fiber reach: the same through `chan::local`, which has no atomics.
 fn courier_local(sampler: &Sampler, size: usize) -> Result<Sampled> {
     let (tx, rx) = courier::chan::local::channel::<Vec<u8>>();
     let mut payload = vec![0x5a; size];
-    Ok(sampler.run(|ops| {
+    sampler.run(|ops| {
         for _ in 0..ops {
             tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
             payload = std::hint::black_box(rx.recv()?);
         }
         Ok::<_, crate::harness::Error>(())
-    })?)
+    })
 }
 
 /// The process reach: courier's bytes channel, one message sent and received.
