@@ -412,7 +412,7 @@ const MAX_REFUSED: usize = 16;
 /// into the thread's scratch area and copied out (cheaper than the
 /// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
 /// straight into the destination.
-const SCATTER_MIN: usize = 2048;
+const SCATTER_MIN: usize = 4096;
 
 /// What one read delivered.
 enum Read {

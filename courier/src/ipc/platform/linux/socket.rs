@@ -104,7 +104,7 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 }
 
 /// Largest payload [`send_small`] takes.
-pub(crate) const SMALL_MAX: usize = 1024;
+pub(crate) const SMALL_MAX: usize = 4096;
 
 /// What one `recvmsg` delivered.
 pub(crate) struct Packet {
