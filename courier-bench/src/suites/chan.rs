@@ -436,8 +436,8 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
     elapsed
 }
 
-/// Messages in the untimed warm-up run of every case.
-const WARM_UP: usize = 20_000;
+/// The untimed warm-up run of every case moves a tenth of a sample's messages.
+const WARM_UP_DIVISOR: usize = 10;
 
 /// Runs `run(m)` (which moves `m` messages and returns the time it took, clocked by the threads
 /// themselves) once untimed with a few messages, then `samples` times with `messages`, and
@@ -452,7 +452,7 @@ pub(crate) fn measure(
 ) {
     ctx.status(format!("{} · {subject}", case.name()));
     let warm_up = Instant::now();
-    if run(messages.min(WARM_UP)).is_none() {
+    if run((messages / WARM_UP_DIVISOR).max(THREADS)).is_none() {
         // The subject cannot express this case, or got stuck (see `run_threads`).
         if warm_up.elapsed() >= STUCK {
             ctx.note(format!(
@@ -529,7 +529,7 @@ fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
 }
 
 /// Messages per sample: quick, and `--full` (the issue's million).
-const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 
 /// `courier-bench chan`: every scenario × flavor × subject.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
@@ -555,7 +555,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         cases_for::<StdMpsc>(ctx, kind, n, samples);
     }
     ctx.note(format!(
-        "{n} messages per sample, {samples} sample(s) after a warm-up of {WARM_UP}; T = {THREADS} threads per side; \
+        "{n} messages per sample, {samples} sample(s) after a warm-up of a tenth as many; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");

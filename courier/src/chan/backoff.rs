@@ -1,15 +1,11 @@
-//! How long a channel operation spins before it parks.
+//! How a channel operation waits before it parks, and how it backs off inside the lock-free
+//! algorithms.
 //!
 //! On this project's reference machine (2 vCPUs under KVM) waking a parked thread on the other
-//! vCPU costs about 30 µs, while a peer that is running answers in well under a microsecond. So a
-//! blocked operation first spins (`pause`), then, if it runs on an OS thread, gives its CPU
-//! away with `sched_yield` a few times (another runnable thread, typically the peer it waits
-//! for when threads outnumber CPUs, gets to run), and only then parks. A fiber never yields the
-//! thread (that would stall its whole scheduler); it goes straight from spinning to parking,
-//! which for a fiber is a cheap switch to its scheduler.
-//!
-//! The limits were chosen by measurement with `courier-bench ring` and `chan` (see
-//! BENCHMARKS.md): a longer spin helps the 2-thread ring but costs every oversubscribed case.
+//! vCPU costs about 30 µs, while a peer that is running answers in well under a microsecond.
+//! [`spin_then_yield`] is the policy before parking (measured; see its docs); [`Backoff`] is the
+//! short exponential spin used where a lock-free operation waits for another one in flight (a
+//! lost CAS, a sender between its claim and its write).
 
 use crate::sync;
 
@@ -58,28 +54,31 @@ impl Backoff {
     }
 }
 
-// ===== spin, then yield, then park =====
+// ===== before parking: yield (threads) or spin (fibers) =====
 
-/// Attempts in the spinning phase; before attempt `k`, `2^min(k, 6)` `pause`s (~17 ns each
-/// here): 191 pauses, ~3 µs in all. The gaps grow so that a receiver polling an empty channel
-/// does not keep stealing the cache line its sender is writing (crossbeam's `Backoff` does the
-/// same).
-const SPIN_ATTEMPTS: u32 = 8;
-/// How long the yielding phase lasts at most. Measured (`courier-bench ring`, idle machine):
-/// 5 µs lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message), 20 µs
-/// still half the time, 50-60 µs keeps them at 2-5 µs; longer buys nothing more.
+/// How long a waiting thread keeps polling between `sched_yield`s before it parks.
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Retries `attempt` while the peer is likely to answer soon: first spinning (`pause`) for about
-/// three microseconds, then, on an OS thread, yielding the CPU for up to 50 µs.
+/// Attempts a fiber makes while spinning; before attempt `k`, `2^min(k, 6)` `pause`s (~17 ns
+/// each here): 191 pauses, ~3 µs in all, with growing gaps so that polling does not keep
+/// stealing the cache line the peer writes.
+const SPIN_ATTEMPTS: u32 = 8;
+
+/// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
-/// Why both: on an idle machine the peer runs on the other CPU and answers within the spin,
-/// and a `sched_yield` with nothing else to run returns in ~0.3 µs, so yielding keeps the
-/// vCPU awake (parking would let it halt, and waking a halted vCPU costs ~30 µs). When threads
-/// outnumber CPUs, the same `sched_yield` hands the CPU to another runnable thread, often the
-/// peer itself, which is what parking would achieve, without the futex round trip. A fiber
-/// neither spins long nor yields (`may_spin`/`may_yield_thread` false): its peer may be a fiber
-/// of the same scheduler, which runs only once it parks.
+/// **A thread polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
+/// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
+/// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
+/// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
+/// the peer being waited for, which is what parking achieves, minus the futex round trip.
+/// Measured with `courier-bench ring` (see BENCHMARKS.md), against a `pause` spin of 1-3 µs
+/// before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and 16
+/// threads 2-3x), and a yield phase of 5 µs lets 4- and 16-thread rendezvous rings fall back to
+/// parking (17 µs/message) where 50 µs keeps them at 2-5 µs.
+///
+/// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
+/// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
+/// a fiber is a switch to its scheduler.
 #[inline]
 pub(crate) fn spin_then_yield<R>(
     may_spin: bool,
@@ -88,16 +87,6 @@ pub(crate) fn spin_then_yield<R>(
 ) -> Option<R> {
     if cfg!(loom) {
         return None;
-    }
-    if may_spin {
-        for k in 0..SPIN_ATTEMPTS {
-            for _ in 0..1u32 << k.min(6) {
-                sync::spin_loop();
-            }
-            if let Some(r) = attempt() {
-                return Some(r);
-            }
-        }
     }
     if may_yield_thread {
         let start = std::time::Instant::now();
@@ -108,6 +97,16 @@ pub(crate) fn spin_then_yield<R>(
             }
             if start.elapsed() >= YIELD_FOR {
                 return None;
+            }
+        }
+    }
+    if may_spin {
+        for k in 0..SPIN_ATTEMPTS {
+            for _ in 0..1u32 << k.min(6) {
+                sync::spin_loop();
+            }
+            if let Some(r) = attempt() {
+                return Some(r);
             }
         }
     }
