@@ -287,27 +287,37 @@ fn seq_local(kind: Kind, n: usize) -> Duration {
     start.elapsed()
 }
 
-/// How long one sample may take before it is declared stuck (a peer that deadlocks: flume's
-/// `Selector` over rendezvous channels does, here). Its threads are then left blocked.
-const STUCK: Duration = Duration::from_secs(10);
+/// How long a sample of `messages` may take before it is declared stuck (a peer that
+/// deadlocks: flume's `Selector` with send arms does, here): 10 s, or 100 µs per message for
+/// long samples (the slowest peers need ~35 µs per message when each one wakes a sleeping
+/// thread). The stuck threads are then left blocked.
+fn stuck_after(messages: usize) -> Duration {
+    Duration::from_micros(100 * messages as u64).max(Duration::from_secs(10))
+}
 
 /// Runs `senders` sender closures and `receivers` receiver closures on their own threads,
 /// released together by a barrier; returns the time from the first thread's start to the last
-/// one's end, or `None` if they have not all finished after [`STUCK`].
+/// one's end, or `None` if they have not all finished after [`stuck_after`]`(messages)`.
 ///
 /// Each thread reads the clock itself: with more threads than CPUs, the releasing thread may
 /// not run again until the others are done, so its own clock would miss the work.
 fn run_threads(
+    messages: usize,
     senders: Vec<Box<dyn FnOnce() + Send>>,
     receivers: Vec<Box<dyn FnOnce() + Send>>,
 ) -> Option<Duration> {
     let jobs: Vec<_> = senders.into_iter().chain(receivers).collect();
-    time_threads(jobs.into_iter().map(|f| move || f()).collect())
+    time_threads(messages, jobs.into_iter().map(|f| move || f()).collect())
 }
 
 /// Runs each job on its own thread, released together; the span from the earliest start to the
-/// latest end, or `None` if they have not all finished after [`STUCK`] (then they are left).
-pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(jobs: Vec<F>) -> Option<Duration> {
+/// latest end, or `None` if they have not all finished after [`stuck_after`]`(messages)` (then
+/// they are left).
+pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(
+    messages: usize,
+    jobs: Vec<F>,
+) -> Option<Duration> {
+    let limit = stuck_after(messages);
     let n = jobs.len();
     let barrier = std::sync::Arc::new(Barrier::new(n));
     let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -324,9 +334,9 @@ pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(jobs: Vec<F>) -> Option
             })
         })
         .collect();
-    let (mut first, mut last) = done_rx.recv_timeout(STUCK).ok()?;
+    let (mut first, mut last) = done_rx.recv_timeout(limit).ok()?;
     for _ in 1..n {
-        let (start, end) = done_rx.recv_timeout(STUCK).ok()?;
+        let (start, end) = done_rx.recv_timeout(limit).ok()?;
         first = first.min(start);
         last = last.max(end);
     }
@@ -364,7 +374,7 @@ fn xpxc<P: Peer>(kind: Kind, n: usize, senders: usize, receivers: usize) -> Opti
             }) as Box<dyn FnOnce() + Send>
         })
         .collect();
-    run_threads(send_jobs, recv_jobs)
+    run_threads(n, send_jobs, recv_jobs)
 }
 
 /// `select_rx`: T senders, each on its own channel; one receiver selects over all.
@@ -391,7 +401,7 @@ fn select_rx<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
             std::hint::black_box(P::select_recv(&rxs));
         }
     });
-    let elapsed = run_threads(send_jobs, vec![recv_job]);
+    let elapsed = run_threads(n, send_jobs, vec![recv_job]);
     drop(keep);
     elapsed
 }
@@ -431,7 +441,7 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
             }) as Box<dyn FnOnce() + Send>
         })
         .collect();
-    let elapsed = run_threads(send_jobs, recv_jobs);
+    let elapsed = run_threads(n, send_jobs, recv_jobs);
     drop(txs); // connected until every receiver is done (see `select_rx`)
     elapsed
 }
@@ -454,9 +464,10 @@ pub(crate) fn measure(
     let warm_up = Instant::now();
     if run((messages / WARM_UP_DIVISOR).max(THREADS)).is_none() {
         // The subject cannot express this case, or got stuck (see `run_threads`).
-        if warm_up.elapsed() >= STUCK {
+        let limit = stuck_after((messages / WARM_UP_DIVISOR).max(THREADS));
+        if warm_up.elapsed() >= limit {
             ctx.note(format!(
-                "{} · {subject}: did not finish in {STUCK:?}",
+                "{} · {subject}: did not finish in {limit:?}",
                 case.name()
             ));
         }
@@ -467,8 +478,9 @@ pub(crate) fn measure(
         match run(messages) {
             Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
             None => {
+                let limit = stuck_after(messages);
                 ctx.note(format!(
-                    "{} · {subject}: a sample did not finish in {STUCK:?}",
+                    "{} · {subject}: a sample did not finish in {limit:?}",
                     case.name()
                 ));
                 return;

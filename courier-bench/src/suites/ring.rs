@@ -44,7 +44,7 @@ pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Opt
             }
         })
         .collect();
-    time_threads(tasks)
+    time_threads(n * per_task, tasks)
 }
 
 /// The ring inside one thread on `chan::local`: each round, every task sends to its successor
