@@ -88,10 +88,18 @@ struct Block<T> {
 impl<T> Block<T> {
     #[cfg(not(loom))]
     fn new() -> Box<Block<T>> {
-        // SAFETY: all-zero bytes are a valid `Block`: a null `next`, slot states of 0 (atomics
-        // are valid at any bit pattern of their integer), and messages that are `MaybeUninit`.
         // Zeroed memory comes straight from the allocator (calloc), without a per-slot loop.
-        unsafe { Box::<Block<T>>::new_zeroed().assume_init() }
+        // (`Box::new_zeroed` would say it in one line, but is newer than our MSRV.)
+        let layout = std::alloc::Layout::new::<Block<T>>();
+        // SAFETY: `Block<T>` has a non-zero size (it holds atomics).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Block<T>;
+        if raw.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `raw` was allocated with `Block<T>`'s layout, and all-zero bytes are a valid
+        // `Block`: a null `next`, slot states of 0 (atomics are valid at any bit pattern of
+        // their integer), and messages that are `MaybeUninit`.
+        unsafe { Box::from_raw(raw) }
     }
 
     /// loom's atomics are not plain integers: build the block field by field.
