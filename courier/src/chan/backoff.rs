@@ -56,6 +56,65 @@ impl Backoff {
 
 // ===== before parking: yield (threads) or spin (fibers) =====
 
+/// One polling waiter per channel side: the right to spin or yield before parking.
+///
+/// Polling pays when the peer is about to answer. With several tasks waiting on the same side
+/// (4 senders on a full `bounded(1)`), only one of them can be answered next, and the others,
+/// yielding in turn, would take most of the CPU time from the receiver that has to make room
+/// (measured: 1.8 µs per message against crossbeam's 66 ns on `mpsc_bounded1`). So the first
+/// waiter polls and the others park at once; and a peer that makes the side ready while a
+/// waiter polls leaves the wake-up to that poller (it takes what became ready within a
+/// microsecond) instead of waking a parked one (a futex wake on the peer's critical path).
+///
+/// Not under loom: models never poll, and the right is never taken.
+pub(crate) struct PollRight {
+    taken: crate::sync::atomic::AtomicBool,
+}
+
+/// Holds a side's [`PollRight`]; gives it back on drop.
+pub(crate) struct Polling<'a>(&'a PollRight);
+
+impl PollRight {
+    pub(crate) const fn new() -> PollRight {
+        PollRight {
+            taken: crate::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the right to poll, if no other waiter of this side holds it.
+    #[inline]
+    pub(crate) fn try_take(&self) -> Option<Polling<'_>> {
+        use crate::sync::atomic::Ordering;
+        if cfg!(loom) {
+            return None;
+        }
+        // SeqCst: see `is_taken`.
+        (!self.taken.load(Ordering::Relaxed) && !self.taken.swap(true, Ordering::SeqCst))
+            .then_some(Polling(self))
+    }
+
+    /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
+    /// may skip waking anyone.
+    ///
+    /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load reads `true`, it comes
+    /// before the poller's SeqCst store of `false` in the SeqCst order, so the poller's
+    /// re-check after it registers (SeqCst loads, after that store) sees the notifier's change:
+    /// a poller that gives up still finds what it was not woken for.
+    #[inline]
+    pub(crate) fn is_taken(&self) -> bool {
+        self.taken.load(crate::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        // SYNC POINT: see `PollRight::is_taken`.
+        self.0
+            .taken
+            .store(false, crate::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// How long a waiting thread keeps polling between `sched_yield`s before it parks.
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(50);
 

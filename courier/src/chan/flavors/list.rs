@@ -32,13 +32,10 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use crate::chan::backoff::spin_then_yield;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{
-    current_may_spin, current_may_yield, Context, Operation, Selected, SyncWaitList,
-};
+use crate::chan::waiter::{Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -444,10 +441,10 @@ impl<T> Channel<T> {
         loop {
             // Fast path, then a spin while a sender is about to deliver.
             if self.start_recv(token)
-                || spin_then_yield(current_may_spin(), current_may_yield(), || {
-                    self.start_recv(token).then_some(())
-                })
-                .is_some()
+                || self
+                    .receivers
+                    .poll(|| self.start_recv(token).then_some(()))
+                    .is_some()
             {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
