@@ -75,7 +75,7 @@ pub(crate) struct PollRight {
 pub(crate) struct Polling<'a>(&'a PollRight);
 
 impl PollRight {
-    pub(crate) const fn new() -> PollRight {
+    pub(crate) fn new() -> PollRight {
         PollRight {
             taken: crate::sync::atomic::AtomicBool::new(false),
         }
