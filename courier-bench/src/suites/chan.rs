@@ -287,24 +287,34 @@ fn seq_local(kind: Kind, n: usize) -> Duration {
     start.elapsed()
 }
 
-/// How long one sample may take before it is declared stuck (a peer that deadlocks: flume's
-/// `Selector` over rendezvous channels does, here). Its threads are then left blocked.
-const STUCK: Duration = Duration::from_secs(10);
+/// How long a sample of `messages` may take before it is declared stuck (a peer that
+/// deadlocks: flume's `Selector` with send arms does, here): 10 s, or 100 µs per message for
+/// long samples (the slowest peers need ~35 µs per message when each one wakes a sleeping
+/// thread). The stuck threads are then left blocked.
+fn stuck_after(messages: usize) -> Duration {
+    Duration::from_micros(100 * messages as u64).max(Duration::from_secs(10))
+}
 
 /// Runs `senders` sender closures and `receivers` receiver closures on their own threads,
 /// released together by a barrier; returns the time from the first thread's start to the last
-/// one's end, or `None` if they have not all finished after [`STUCK`].
+/// one's end, or `None` if they have not all finished after [`stuck_after`]`(messages)`.
 ///
 /// Each thread reads the clock itself: with more threads than CPUs, the releasing thread may
 /// not run again until the others are done, so its own clock would miss the work.
-fn run_threads(senders: Vec<Box<dyn FnOnce() + Send>>, receivers: Vec<Box<dyn FnOnce() + Send>>) -> Option<Duration> {
+fn run_threads(
+    messages: usize,
+    senders: Vec<Box<dyn FnOnce() + Send>>,
+    receivers: Vec<Box<dyn FnOnce() + Send>>,
+) -> Option<Duration> {
     let jobs: Vec<_> = senders.into_iter().chain(receivers).collect();
-    time_threads(jobs.into_iter().map(|f| move || f()).collect())
+    time_threads(messages, jobs.into_iter().map(|f| move || f()).collect())
 }
 
 /// Runs each job on its own thread, released together; the span from the earliest start to the
-/// latest end, or `None` if they have not all finished after [`STUCK`] (then they are left).
-pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(jobs: Vec<F>) -> Option<Duration> {
+/// latest end, or `None` if they have not all finished after [`stuck_after`]`(messages)` (then
+/// they are left).
+pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(messages: usize, jobs: Vec<F>) -> Option<Duration> {
+    let limit = stuck_after(messages);
     let n = jobs.len();
     let barrier = std::sync::Arc::new(Barrier::new(n));
     let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -321,9 +331,9 @@ pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(jobs: Vec<F>) -> Option
             })
         })
         .collect();
-    let (mut first, mut last) = done_rx.recv_timeout(STUCK).ok()?;
+    let (mut first, mut last) = done_rx.recv_timeout(limit).ok()?;
     for _ in 1..n {
-        let (start, end) = done_rx.recv_timeout(STUCK).ok()?;
+        let (start, end) = done_rx.recv_timeout(limit).ok()?;
         first = first.min(start);
         last = last.max(end);
     }
@@ -361,7 +371,7 @@ fn xpxc<P: Peer>(kind: Kind, n: usize, senders: usize, receivers: usize) -> Opti
             }) as Box<dyn FnOnce() + Send>
         })
         .collect();
-    run_threads(send_jobs, recv_jobs)
+    run_threads(n, send_jobs, recv_jobs)
 }
 
 /// `select_rx`: T senders, each on its own channel; one receiver selects over all.
@@ -388,7 +398,7 @@ fn select_rx<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
             std::hint::black_box(P::select_recv(&rxs));
         }
     });
-    let elapsed = run_threads(send_jobs, vec![recv_job]);
+    let elapsed = run_threads(n, send_jobs, vec![recv_job]);
     drop(keep);
     elapsed
 }
@@ -423,13 +433,13 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
             }) as Box<dyn FnOnce() + Send>
         })
         .collect();
-    let elapsed = run_threads(send_jobs, recv_jobs);
+    let elapsed = run_threads(n, send_jobs, recv_jobs);
     drop(txs); // connected until every receiver is done (see `select_rx`)
     elapsed
 }
 
-/// Messages in the untimed warm-up run of every case.
-const WARM_UP: usize = 20_000;
+/// The untimed warm-up run of every case moves a tenth of a sample's messages.
+const WARM_UP_DIVISOR: usize = 10;
 
 /// Runs `run(m)` (which moves `m` messages and returns the time it took, clocked by the threads
 /// themselves) once untimed with a few messages, then `samples` times with `messages`, and
@@ -444,10 +454,11 @@ pub(crate) fn measure(
 ) {
     ctx.status(format!("{} · {subject}", case.name()));
     let warm_up = Instant::now();
-    if run(messages.min(WARM_UP)).is_none() {
+    if run((messages / WARM_UP_DIVISOR).max(THREADS)).is_none() {
         // The subject cannot express this case, or got stuck (see `run_threads`).
-        if warm_up.elapsed() >= STUCK {
-            ctx.note(format!("{} · {subject}: did not finish in {STUCK:?}", case.name()));
+        let limit = stuck_after((messages / WARM_UP_DIVISOR).max(THREADS));
+        if warm_up.elapsed() >= limit {
+            ctx.note(format!("{} · {subject}: did not finish in {limit:?}", case.name()));
         }
         return;
     }
@@ -456,7 +467,8 @@ pub(crate) fn measure(
         match run(messages) {
             Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
             None => {
-                ctx.note(format!("{} · {subject}: a sample did not finish in {STUCK:?}", case.name()));
+                let limit = stuck_after(messages);
+                ctx.note(format!("{} · {subject}: a sample did not finish in {limit:?}", case.name()));
                 return;
             }
         }
@@ -483,7 +495,7 @@ fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
 }
 
 /// Messages per sample: quick, and `--full` (the issue's million).
-const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 
 /// `courier-bench chan`: every scenario × flavor × subject.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
@@ -502,7 +514,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         cases_for::<StdMpsc>(ctx, kind, n, samples);
     }
     ctx.note(format!(
-        "{n} messages per sample, {samples} sample(s) after a warm-up of {WARM_UP}; T = {THREADS} threads per side; \
+        "{n} messages per sample, {samples} sample(s) after a warm-up of a tenth as many; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");

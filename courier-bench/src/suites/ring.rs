@@ -44,7 +44,7 @@ pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Opt
             }
         })
         .collect();
-    time_threads(tasks)
+    time_threads(n * per_task, tasks)
 }
 
 /// The ring inside one thread on `chan::local`: each round, every task sends to its successor
@@ -74,7 +74,7 @@ fn ring_case<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, total: usize, sam
 }
 
 /// Messages per sample: quick, and `--full` (seed 003's million).
-const MESSAGES: (usize, usize) = (20_000, 1_000_000);
+const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 
 /// `courier-bench ring`: rings of 2, 4 and 16 threads on bounded(1), unbounded and bounded(0)
 /// channels for every subject, and the single-thread `chan::local` ring.

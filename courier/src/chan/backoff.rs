@@ -1,15 +1,11 @@
-//! How long a channel operation spins before it parks.
+//! How a channel operation waits before it parks, and how it backs off inside the lock-free
+//! algorithms.
 //!
 //! On this project's reference machine (2 vCPUs under KVM) waking a parked thread on the other
-//! vCPU costs about 30 µs, while a peer that is running answers in well under a microsecond. So a
-//! blocked operation first spins (`pause`), then, if it runs on an OS thread, gives its CPU
-//! away with `sched_yield` a few times (another runnable thread, typically the peer it waits
-//! for when threads outnumber CPUs, gets to run), and only then parks. A fiber never yields the
-//! thread (that would stall its whole scheduler); it goes straight from spinning to parking,
-//! which for a fiber is a cheap switch to its scheduler.
-//!
-//! The limits were chosen by measurement with `courier-bench ring` and `chan` (see
-//! BENCHMARKS.md): a longer spin helps the 2-thread ring but costs every oversubscribed case.
+//! vCPU costs about 30 µs, while a peer that is running answers in well under a microsecond.
+//! [`spin_then_yield`] is the policy before parking (measured; see its docs); [`Backoff`] is the
+//! short exponential spin used where a lock-free operation waits for another one in flight (a
+//! lost CAS, a sender between its claim and its write).
 
 use crate::sync;
 
@@ -58,28 +54,85 @@ impl Backoff {
     }
 }
 
-// ===== spin, then yield, then park =====
+// ===== before parking: yield (threads) or spin (fibers) =====
 
-/// Attempts in the spinning phase; before attempt `k`, `2^min(k, 6)` `pause`s (~17 ns each
-/// here): 191 pauses, ~3 µs in all. The gaps grow so that a receiver polling an empty channel
-/// does not keep stealing the cache line its sender is writing (crossbeam's `Backoff` does the
-/// same).
-const SPIN_ATTEMPTS: u32 = 8;
-/// How long the yielding phase lasts at most. Measured (`courier-bench ring`, idle machine):
-/// 5 µs lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message), 20 µs
-/// still half the time, 50-60 µs keeps them at 2-5 µs; longer buys nothing more.
+/// One polling waiter per channel side: the right to spin or yield before parking.
+///
+/// Polling pays when the peer is about to answer. With several tasks waiting on the same side
+/// (4 senders on a full `bounded(1)`), only one of them can be answered next, and the others,
+/// yielding in turn, would take most of the CPU time from the receiver that has to make room
+/// (measured: 1.8 µs per message against crossbeam's 66 ns on `mpsc_bounded1`). So the first
+/// waiter polls and the others park at once; and a peer that makes the side ready while a
+/// waiter polls leaves the wake-up to that poller (it takes what became ready within a
+/// microsecond) instead of waking a parked one (a futex wake on the peer's critical path).
+///
+/// Not under loom: models never poll, and the right is never taken.
+pub(crate) struct PollRight {
+    taken: crate::sync::atomic::AtomicBool,
+}
+
+/// Holds a side's [`PollRight`]; gives it back on drop.
+pub(crate) struct Polling<'a>(&'a PollRight);
+
+impl PollRight {
+    pub(crate) fn new() -> PollRight {
+        PollRight { taken: crate::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// Takes the right to poll, if no other waiter of this side holds it.
+    #[inline]
+    pub(crate) fn try_take(&self) -> Option<Polling<'_>> {
+        use crate::sync::atomic::Ordering;
+        if cfg!(loom) {
+            return None;
+        }
+        // SeqCst: see `is_taken`.
+        (!self.taken.load(Ordering::Relaxed) && !self.taken.swap(true, Ordering::SeqCst)).then_some(Polling(self))
+    }
+
+    /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
+    /// may skip waking anyone.
+    ///
+    /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load reads `true`, it comes
+    /// before the poller's SeqCst store of `false` in the SeqCst order, so the poller's
+    /// re-check after it registers (SeqCst loads, after that store) sees the notifier's change:
+    /// a poller that gives up still finds what it was not woken for.
+    #[inline]
+    pub(crate) fn is_taken(&self) -> bool {
+        self.taken.load(crate::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        // SYNC POINT: see `PollRight::is_taken`.
+        self.0.taken.store(false, crate::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// How long a waiting thread keeps polling between `sched_yield`s before it parks.
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Retries `attempt` while the peer is likely to answer soon: first spinning (`pause`) for about
-/// three microseconds, then, on an OS thread, yielding the CPU for up to 50 µs.
+/// Attempts a fiber makes while spinning; before attempt `k`, `2^min(k, 6)` `pause`s (~17 ns
+/// each here): 191 pauses, ~3 µs in all, with growing gaps so that polling does not keep
+/// stealing the cache line the peer writes.
+const SPIN_ATTEMPTS: u32 = 8;
+
+/// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
-/// Why both: on an idle machine the peer runs on the other CPU and answers within the spin,
-/// and a `sched_yield` with nothing else to run returns in ~0.3 µs, so yielding keeps the
-/// vCPU awake (parking would let it halt, and waking a halted vCPU costs ~30 µs). When threads
-/// outnumber CPUs, the same `sched_yield` hands the CPU to another runnable thread, often the
-/// peer itself, which is what parking would achieve, without the futex round trip. A fiber
-/// neither spins long nor yields (`may_spin`/`may_yield_thread` false): its peer may be a fiber
-/// of the same scheduler, which runs only once it parks.
+/// **A thread polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
+/// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
+/// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
+/// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
+/// the peer being waited for, which is what parking achieves, minus the futex round trip.
+/// Measured with `courier-bench ring` (see BENCHMARKS.md), against a `pause` spin of 1-3 µs
+/// before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and 16
+/// threads 2-3x), and a yield phase of 5 µs lets 4- and 16-thread rendezvous rings fall back to
+/// parking (17 µs/message) where 50 µs keeps them at 2-5 µs.
+///
+/// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
+/// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
+/// a fiber is a switch to its scheduler.
 #[inline]
 pub(crate) fn spin_then_yield<R>(
     may_spin: bool,
@@ -88,16 +141,6 @@ pub(crate) fn spin_then_yield<R>(
 ) -> Option<R> {
     if cfg!(loom) {
         return None;
-    }
-    if may_spin {
-        for k in 0..SPIN_ATTEMPTS {
-            for _ in 0..1u32 << k.min(6) {
-                sync::spin_loop();
-            }
-            if let Some(r) = attempt() {
-                return Some(r);
-            }
-        }
     }
     if may_yield_thread {
         let start = std::time::Instant::now();
@@ -108,6 +151,16 @@ pub(crate) fn spin_then_yield<R>(
             }
             if start.elapsed() >= YIELD_FOR {
                 return None;
+            }
+        }
+    }
+    if may_spin {
+        for k in 0..SPIN_ATTEMPTS {
+            for _ in 0..1u32 << k.min(6) {
+                sync::spin_loop();
+            }
+            if let Some(r) = attempt() {
+                return Some(r);
             }
         }
     }

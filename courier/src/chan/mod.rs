@@ -35,12 +35,15 @@
 //! # Cost model
 //!
 //! - A `send`/`recv` that does not wait is one CAS on the channel's tail/head, one store of the
-//!   slot's stamp, and one fence plus one load to see whether a peer waits (`bounded`,
+//!   slot's stamp, and one load (a plain `mov` on x86) to see whether a peer waits (`bounded`,
 //!   `unbounded`). Nothing allocates except the unbounded flavor, once per 31 messages.
-//! - An operation that must wait spins on the channel for a few hundred nanoseconds, yields its
-//!   CPU a few times (threads only), registers itself, re-checks, and parks (see
-//!   `waiter.rs`). Waking a parked thread costs a futex wake; a waker that finds nobody
-//!   registered pays nothing more.
+//! - An operation that must wait first polls the channel between `sched_yield`s for up to
+//!   50 µs (a thread; a fiber spins ~3 µs instead), then registers itself, re-checks, and parks
+//!   (`waiter.rs`, `backoff.rs`: why, with measurements). Waking a parked thread costs a futex
+//!   wake; a waker that finds nobody registered pays nothing more.
+//! - A receiver that frees a slot of a full `bounded` channel moves a blocked sender's message
+//!   into it before waking that sender (Go's `chanrecv` does the same), so the next receiver
+//!   does not wait for the sender to be scheduled.
 //! - A rendezvous (`bounded(0)`) takes the channel's mutex for every operation.
 //!
 //! # Disconnection

@@ -18,9 +18,8 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
-use super::backoff::spin_then_yield;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use super::waiter::{current_may_spin, current_may_yield, Context, Operation, Selected, SyncWaitList};
+use super::waiter::{Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, UnsafeCell};
 
@@ -141,8 +140,7 @@ impl<T> Receiver<T> {
                 Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
                 Err(TryRecvError::Empty) => None,
             };
-            if let Some(done) = attempt().or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), attempt))
-            {
+            if let Some(done) = attempt().or_else(|| self.inner.receiver.poll(attempt)) {
                 return done;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -41,7 +41,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use super::backoff::{spin_then_yield, Backoff};
+use super::backoff::{spin_then_yield, Backoff, PollRight};
 #[cfg(loom)]
 use crate::sync::atomic::fence;
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -614,11 +614,21 @@ impl WaitList {
 pub(crate) struct SyncWaitList {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
+    /// Which waiter of this side may poll before parking.
+    poll: PollRight,
 }
 
 impl SyncWaitList {
     pub(crate) fn new() -> SyncWaitList {
-        SyncWaitList { list: Mutex::new(WaitList::new()), is_empty: AtomicBool::new(true) }
+        SyncWaitList { list: Mutex::new(WaitList::new()), is_empty: AtomicBool::new(true), poll: PollRight::new() }
+    }
+
+    /// Runs `attempt` while this side's poller waits (see `backoff::PollRight`): `None` if
+    /// another waiter of this side is polling already, or the poll ran out.
+    #[inline]
+    pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
+        let _polling = self.poll.try_take()?;
+        spin_then_yield(current_may_spin(), current_may_yield(), attempt)
     }
 
     /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is
@@ -650,7 +660,7 @@ impl SyncWaitList {
         // The caller changed the channel with a SeqCst RMW before (x86: this load is a plain
         // `mov`, no fence on the fast path).
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) {
+        if !self.is_empty.load(Ordering::SeqCst) && !self.poll.is_taken() {
             self.notify_slow();
         }
     }
@@ -662,7 +672,7 @@ impl SyncWaitList {
     pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
         // SYNC POINT: as in `notify`.
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) {
+        if !self.is_empty.load(Ordering::SeqCst) && !self.poll.is_taken() {
             self.notify_slow_with(help);
         }
     }

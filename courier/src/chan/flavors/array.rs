@@ -30,11 +30,10 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use crate::chan::backoff::spin_then_yield;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{current_may_spin, current_may_yield, Context, Entry, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{Context, Entry, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -301,10 +300,7 @@ impl<T> Channel<T> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            if self.start_send(token)
-                || spin_then_yield(current_may_spin(), current_may_yield(), || self.start_send(token).then_some(()))
-                    .is_some()
-            {
+            if self.start_send(token) || self.senders.poll(|| self.start_send(token).then_some(())).is_some() {
                 // SAFETY: `start_send` returned true for this token.
                 return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
             }
@@ -380,10 +376,7 @@ impl<T> Channel<T> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token)
-                || spin_then_yield(current_may_spin(), current_may_yield(), || self.start_recv(token).then_some(()))
-                    .is_some()
-            {
+            if self.start_recv(token) || self.receivers.poll(|| self.start_recv(token).then_some(())).is_some() {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }

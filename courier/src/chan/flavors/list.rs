@@ -32,11 +32,10 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use crate::chan::backoff::spin_then_yield;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{current_may_spin, current_may_yield, Context, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -84,6 +83,24 @@ struct Block<T> {
 }
 
 impl<T> Block<T> {
+    #[cfg(not(loom))]
+    fn new() -> Box<Block<T>> {
+        // Zeroed memory comes straight from the allocator (calloc), without a per-slot loop.
+        // (`Box::new_zeroed` would say it in one line, but is newer than our MSRV.)
+        let layout = std::alloc::Layout::new::<Block<T>>();
+        // SAFETY: `Block<T>` has a non-zero size (it holds atomics).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Block<T>;
+        if raw.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `raw` was allocated with `Block<T>`'s layout, and all-zero bytes are a valid
+        // `Block`: a null `next`, slot states of 0 (atomics are valid at any bit pattern of
+        // their integer), and messages that are `MaybeUninit`.
+        unsafe { Box::from_raw(raw) }
+    }
+
+    /// loom's atomics are not plain integers: build the block field by field.
+    #[cfg(loom)]
     fn new() -> Box<Block<T>> {
         Box::new(Block {
             next: AtomicPtr::new(ptr::null_mut()),
@@ -394,10 +411,7 @@ impl<T> Channel<T> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token)
-                || spin_then_yield(current_may_spin(), current_may_yield(), || self.start_recv(token).then_some(()))
-                    .is_some()
-            {
+            if self.start_recv(token) || self.receivers.poll(|| self.start_recv(token).then_some(())).is_some() {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }

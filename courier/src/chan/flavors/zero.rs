@@ -16,7 +16,7 @@
 use std::ptr;
 use std::time::Instant;
 
-use crate::chan::backoff::Backoff;
+use crate::chan::backoff::{Backoff, PollRight};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::waiter::{Context, Operation, Selected, WaitList};
@@ -73,6 +73,9 @@ struct Inner {
 /// A rendezvous channel.
 pub(crate) struct Channel<T> {
     inner: Mutex<Inner>,
+    /// Which blocked sender / receiver may poll its claim word before parking.
+    senders_poll: PollRight,
+    receivers_poll: PollRight,
     _marker: std::marker::PhantomData<T>,
 }
 
@@ -80,6 +83,8 @@ impl<T> Channel<T> {
     pub(crate) fn new() -> Self {
         Channel {
             inner: Mutex::new(Inner { senders: WaitList::new(), receivers: WaitList::new(), is_disconnected: false }),
+            senders_poll: PollRight::new(),
+            receivers_poll: PollRight::new(),
             _marker: std::marker::PhantomData,
         }
     }
@@ -213,7 +218,8 @@ impl<T> Channel<T> {
             let packet = Packet::message_on_stack(msg);
             inner.senders.register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            match cx.wait_until(deadline, true) {
+            let polling = self.senders_poll.try_take();
+            match cx.wait_until(deadline, polling.is_some()) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
                     self.lock().senders.unregister(oper);
@@ -266,7 +272,8 @@ impl<T> Channel<T> {
             let packet = Packet::<T>::empty_on_stack();
             inner.receivers.register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            match cx.wait_until(deadline, true) {
+            let polling = self.receivers_poll.try_take();
+            match cx.wait_until(deadline, polling.is_some()) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
                     Err(RecvTimeoutError::Timeout)
