@@ -74,8 +74,16 @@ fn cli() -> Command {
     cmd.subcommand(
         Command::new("compare")
             .about("Print the change of every figure between two --json runs")
-            .arg(Arg::new("old").required(true).value_parser(value_parser!(PathBuf)))
-            .arg(Arg::new("new").required(true).value_parser(value_parser!(PathBuf)))
+            .arg(
+                Arg::new("old")
+                    .required(true)
+                    .value_parser(value_parser!(PathBuf)),
+            )
+            .arg(
+                Arg::new("new")
+                    .required(true)
+                    .value_parser(value_parser!(PathBuf)),
+            )
             .arg(
                 Arg::new("threshold")
                     .long("threshold")
@@ -96,7 +104,12 @@ fn cli() -> Command {
             .hide(true)
             .about("Run the peer side of a cross-process case")
             .arg(Arg::new("role").required(true))
-            .arg(Arg::new("args").num_args(0..).trailing_var_arg(true).allow_hyphen_values(true)),
+            .arg(
+                Arg::new("args")
+                    .num_args(0..)
+                    .trailing_var_arg(true)
+                    .allow_hyphen_values(true),
+            ),
     )
 }
 
@@ -124,9 +137,13 @@ fn main() -> ExitCode {
 }
 
 fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<ExitCode> {
-    let options =
-        Options { full: matches.get_flag("full"), samples: matches.get_one::<u64>("samples").map(|&n| n as usize) };
-    let style = Style { stats: matches.get_flag("stats") };
+    let options = Options {
+        full: matches.get_flag("full"),
+        samples: matches.get_one::<u64>("samples").map(|&n| n as usize),
+    };
+    let style = Style {
+        stats: matches.get_flag("stats"),
+    };
     let started = Instant::now();
     println!(
         "courier-bench: {} run of {} suite(s) on {}",
@@ -178,7 +195,11 @@ fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<Exi
             plot::draw(report, path)?;
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// "Intel(R) Xeon(R) Processor, 2 CPUs" from /proc/cpuinfo.
@@ -195,18 +216,29 @@ fn machine() -> String {
 
 fn run_compare(matches: &ArgMatches) -> Result<ExitCode> {
     let path = |id| matches.get_one::<PathBuf>(id).expect("required");
-    let old = report::read_json(path("old")).map_err(|e| format!("{}: {e}", path("old").display()))?;
-    let new = report::read_json(path("new")).map_err(|e| format!("{}: {e}", path("new").display()))?;
+    let old =
+        report::read_json(path("old")).map_err(|e| format!("{}: {e}", path("old").display()))?;
+    let new =
+        report::read_json(path("new")).map_err(|e| format!("{}: {e}", path("new").display()))?;
     let threshold = matches.get_one::<f64>("threshold").copied().unwrap_or(5.0) / 100.0;
     let comparison = compare::compare(&old, &new, threshold);
     print!("{}", comparison.render());
-    Ok(if matches.get_flag("fail") && comparison.regressions() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(
+        if matches.get_flag("fail") && comparison.regressions() > 0 {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 fn run_child(matches: &ArgMatches) -> Result<ExitCode> {
     child::die_with_parent()?;
     let name = matches.get_one::<String>("role").expect("required");
-    let args: Vec<String> = matches.get_many::<String>("args").map(|a| a.cloned().collect()).unwrap_or_default();
+    let args: Vec<String> = matches
+        .get_many::<String>("args")
+        .map(|a| a.cloned().collect())
+        .unwrap_or_default();
     let role = suites::role(name).ok_or_else(|| format!("no child role `{name}`"))?;
     (role.run)(&args)?;
     Ok(ExitCode::SUCCESS)
@@ -223,8 +255,17 @@ mod tests {
 
     #[test]
     fn send_options_parse() {
-        let m =
-            cli().try_get_matches_from(["courier-bench", "send", "-c", "1000000", "--size", "22", "--full"]).unwrap();
+        let m = cli()
+            .try_get_matches_from([
+                "courier-bench",
+                "send",
+                "-c",
+                "1000000",
+                "--size",
+                "22",
+                "--full",
+            ])
+            .unwrap();
         let (name, sub) = m.subcommand().unwrap();
         assert_eq!(name, "send");
         assert_eq!(sub.get_one::<u64>("count"), Some(&1_000_000));
@@ -234,7 +275,9 @@ mod tests {
 
     #[test]
     fn child_args_pass_through() {
-        let m = cli().try_get_matches_from(["courier-bench", "__child", "floor-echo-spin", "-1", "x"]).unwrap();
+        let m = cli()
+            .try_get_matches_from(["courier-bench", "__child", "floor-echo-spin", "-1", "x"])
+            .unwrap();
         let (_, sub) = m.subcommand().unwrap();
         let args: Vec<&String> = sub.get_many::<String>("args").unwrap().collect();
         assert_eq!(args, ["-1", "x"]);

@@ -8,7 +8,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_courier-bench")).args(args).output().expect("courier-bench runs")
+    Command::new(env!("CARGO_BIN_EXE_courier-bench"))
+        .args(args)
+        .output()
+        .expect("courier-bench runs")
 }
 
 fn stdout(out: &Output) -> String {
@@ -38,26 +41,45 @@ impl Drop for Scratch {
 
 fn records(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(Path::new(path)).unwrap();
-    serde_json::from_str::<Value>(&text).unwrap().as_array().unwrap().clone()
+    serde_json::from_str::<Value>(&text)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn field<'v>(record: &'v Value, key: &str) -> &'v str {
-    record[key].as_str().unwrap_or_else(|| panic!("{key} in {record}"))
+    record[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} in {record}"))
 }
 
 #[test]
 fn send_writes_json_markdown_and_svg() {
     let dir = Scratch::new("send");
-    let (json, md, svg) = (dir.path("send.json"), dir.path("send.md"), dir.path("send.svg"));
-    let out = bench(&["send", "-c", "3000", "--size", "22", "--json", &json, "--md", &md, "--plot", &svg]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (json, md, svg) = (
+        dir.path("send.json"),
+        dir.path("send.md"),
+        dir.path("send.svg"),
+    );
+    let out = bench(&[
+        "send", "-c", "3000", "--size", "22", "--json", &json, "--md", &md, "--plot", &svg,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = stdout(&out);
     assert!(text.contains("== send =="), "{text}");
     assert!(text.contains("3000 sends of 22 B"), "{text}");
 
     let records = records(&json);
     let metrics: BTreeSet<&str> = records.iter().map(|r| field(r, "metric")).collect();
-    assert_eq!(metrics, BTreeSet::from(["send_cycles", "send_ns", "sends_per_s"]));
+    assert_eq!(
+        metrics,
+        BTreeSet::from(["send_cycles", "send_ns", "sends_per_s"])
+    );
     for r in &records {
         assert_eq!(field(r, "suite"), "send");
         assert_eq!(field(r, "case"), "send_22b");
@@ -77,14 +99,21 @@ fn floor_measures_every_case_in_every_placement() {
     let dir = Scratch::new("floor");
     let json = dir.path("floor.json");
     let out = bench(&["floor", "--samples", "20", "--json", &json, "--stats"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout(&out).contains("stddev"));
 
     let records = records(&json);
     let cases: BTreeSet<&str> = records.iter().map(|r| field(r, "case")).collect();
     for size in ["64k", "1m", "8m"] {
         for kind in ["warm", "fresh"] {
-            assert!(cases.contains(format!("memcpy_{kind}_{size}").as_str()), "{cases:?}");
+            assert!(
+                cases.contains(format!("memcpy_{kind}_{size}").as_str()),
+                "{cases:?}"
+            );
         }
     }
     let mut placements = vec!["pinned", "unpinned"];
@@ -98,9 +127,16 @@ fn floor_measures_every_case_in_every_placement() {
             format!("rtt_futex_{placement}"),
             format!("rtt_shm_spin_{placement}"),
         ] {
-            let metrics: BTreeSet<&str> =
-                records.iter().filter(|r| field(r, "case") == case).map(|r| field(r, "metric")).collect();
-            assert_eq!(metrics, BTreeSet::from(["rtt_cpu_ns", "rtt_p50_ns", "rtt_p99_ns"]), "{case}");
+            let metrics: BTreeSet<&str> = records
+                .iter()
+                .filter(|r| field(r, "case") == case)
+                .map(|r| field(r, "metric"))
+                .collect();
+            assert_eq!(
+                metrics,
+                BTreeSet::from(["rtt_cpu_ns", "rtt_p50_ns", "rtt_p99_ns"]),
+                "{case}"
+            );
         }
     }
     assert!(records.iter().all(|r| field(r, "subject") == "floor"));
@@ -132,7 +168,14 @@ fn compare_flags_regressions_only_when_asked() {
     assert!(stdout(&worse).contains("WORSE"));
     let gate = bench(&["compare", &old, &new, "--fail-on-regression"]);
     assert_eq!(gate.status.code(), Some(1));
-    let loose = bench(&["compare", &old, &new, "--threshold", "60", "--fail-on-regression"]);
+    let loose = bench(&[
+        "compare",
+        &old,
+        &new,
+        "--threshold",
+        "60",
+        "--fail-on-regression",
+    ]);
     assert!(loose.status.success());
 }
 

@@ -18,10 +18,14 @@ pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 /// Atomics (`std::sync::atomic` or `loom::sync::atomic`).
 pub(crate) mod atomic {
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
+    };
 
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
+    };
 }
 
 /// Threads: current handle, park/unpark, yield.

@@ -14,7 +14,10 @@ use proptest::prelude::*;
 /// Cases per property; small under valgrind (`scripts/valgrind-buf.sh`).
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(256),
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(256),
         ..ProptestConfig::default()
     }
 }
@@ -77,7 +80,9 @@ fn with_dest<R>(kind: u8, lens: &[usize], f: impl FnOnce(&mut IoIterMut<'_>) -> 
                 IoIterMut::ubuf(&mut flat)
             } else {
                 // SAFETY: `flat` is exclusively borrowed for the life of `it`.
-                IoIterMut::mapping(unsafe { MappingMut::from_raw_parts(flat.as_mut_ptr().cast(), total) })
+                IoIterMut::mapping(unsafe {
+                    MappingMut::from_raw_parts(flat.as_mut_ptr().cast(), total)
+                })
             };
             let r = f(&mut it);
             let got = match &it {
@@ -89,19 +94,28 @@ fn with_dest<R>(kind: u8, lens: &[usize], f: impl FnOnce(&mut IoIterMut<'_>) -> 
         }
         1 => {
             let mut boxes = uninit_boxes(lens);
-            let mut refs: Vec<&mut [MaybeUninit<u8>]> = boxes.iter_mut().map(|b| &mut b[..]).collect();
+            let mut refs: Vec<&mut [MaybeUninit<u8>]> =
+                boxes.iter_mut().map(|b| &mut b[..]).collect();
             let mut it = IoIterMut::slices(&mut refs);
             let r = f(&mut it);
-            let IoIterMut::Slices(s) = &it else { unreachable!() };
-            let got = (0..lens.len()).flat_map(|i| s.filled_segment(i).to_vec()).collect();
+            let IoIterMut::Slices(s) = &it else {
+                unreachable!()
+            };
+            let got = (0..lens.len())
+                .flat_map(|i| s.filled_segment(i).to_vec())
+                .collect();
             (r, got)
         }
         2 => {
             let mut boxes = uninit_boxes(lens);
             let mut it = IoIterMut::chunks(&mut boxes);
             let r = f(&mut it);
-            let IoIterMut::Chunks(s) = &it else { unreachable!() };
-            let got = (0..lens.len()).flat_map(|i| s.filled_segment(i).to_vec()).collect();
+            let IoIterMut::Chunks(s) = &it else {
+                unreachable!()
+            };
+            let got = (0..lens.len())
+                .flat_map(|i| s.filled_segment(i).to_vec())
+                .collect();
             (r, got)
         }
         _ => {
@@ -333,7 +347,9 @@ fn discard_counts_exactly() {
     let mut iov = [RawIoVec::EMPTY; 64];
     let n = sink.io_vecs(&mut iov);
     assert_eq!(iov[..n].iter().map(RawIoVec::len).sum::<usize>(), len);
-    assert!(iov[..n].iter().all(|v| v.len() <= 64 * 1024 && !v.is_empty()));
+    assert!(iov[..n]
+        .iter()
+        .all(|v| v.len() <= 64 * 1024 && !v.is_empty()));
     sink.copy_to_iter(&[1; 10]);
     assert_eq!(sink.remaining(), len - 10);
 

@@ -14,7 +14,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use courier::buf::{fill_spare, Discard, IoIter, RawIoVec};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::{sendmsg, socketpair, AddressFamily, SendAncillaryBuffer, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    sendmsg, socketpair, AddressFamily, SendAncillaryBuffer, SendFlags, SocketFlags, SocketType,
+};
 
 /// A byte pattern that never contains the poison value 0xA5.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -69,11 +71,21 @@ fn header_and_three_slices_into_message_buffer_and_discard_tail() {
     let header = pattern(16, 0);
     let (a, b, c) = (pattern(7, 1), pattern(3000, 2), pattern(900, 3));
     let whole = [&header[..], &a, &b, &c].concat();
-    let parts = [IoSlice::new(&header), IoSlice::new(&a), IoSlice::new(&b), IoSlice::new(&c)];
+    let parts = [
+        IoSlice::new(&header),
+        IoSlice::new(&a),
+        IoSlice::new(&b),
+        IoSlice::new(&c),
+    ];
 
     // One message, gathered from four places, sent twice.
     for _ in 0..2 {
-        let partial = send_all(tx.as_fd_ref(), IoIter::slices(&parts), 8, SendFlags::NOSIGNAL);
+        let partial = send_all(
+            tx.as_fd_ref(),
+            IoIter::slices(&parts),
+            8,
+            SendFlags::NOSIGNAL,
+        );
         assert_eq!(partial, 0, "a SEQPACKET message goes out whole");
     }
 
@@ -126,7 +138,9 @@ fn partial_sends_resume_mid_segment() {
     let (tx, rx) = pair(SocketType::STREAM);
     rustix::net::sockopt::set_socket_send_buffer_size(&tx, 4096).expect("SO_SNDBUF");
     let header = pattern(24, 4);
-    let chunks: Vec<Vec<u8>> = (0..3).map(|i| pattern(300_000 + i * 77_777, 5 + i as u8)).collect();
+    let chunks: Vec<Vec<u8>> = (0..3)
+        .map(|i| pattern(300_000 + i * 77_777, 5 + i as u8))
+        .collect();
     let mut parts = vec![IoSlice::new(&header)];
     parts.extend(chunks.iter().map(|c| IoSlice::new(c)));
     let whole: Vec<u8> = parts.iter().flat_map(|p| p.to_vec()).collect();
@@ -147,7 +161,12 @@ fn partial_sends_resume_mid_segment() {
         }
         got
     });
-    let partial = send_all(tx.as_fd_ref(), IoIter::slices(&parts), 2, SendFlags::NOSIGNAL | SendFlags::DONTWAIT);
+    let partial = send_all(
+        tx.as_fd_ref(),
+        IoIter::slices(&parts),
+        2,
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    );
     let got = receiver.join().expect("receiver");
     assert!(partial > 0, "the small send buffer forced partial sends");
     assert_eq!(got.len(), total);

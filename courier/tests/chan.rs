@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use courier::chan::{
-    self, Receiver, RecvError, RecvTimeoutError, Select, SendError, SendTimeoutError, Sender, TryRecvError,
-    TrySendError,
+    self, Receiver, RecvError, RecvTimeoutError, Select, SendError, SendTimeoutError, Sender,
+    TryRecvError, TrySendError,
 };
 
 /// Small under Miri, meaningful otherwise.
@@ -67,7 +67,10 @@ fn try_ops_and_capacity() {
                     tx.try_send(i).unwrap();
                 }
                 assert_eq!(rx.len(), 100, "{name}");
-                assert_eq!(rx.try_iter().collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+                assert_eq!(
+                    rx.try_iter().collect::<Vec<_>>(),
+                    (0..100).collect::<Vec<_>>()
+                );
             }
         }
         assert!(rx.is_empty(), "{name}");
@@ -107,7 +110,11 @@ fn disconnect_by_senders_drains_then_fails() {
         assert_eq!(rx.recv(), Ok(7), "{name}");
         assert_eq!(rx.recv(), Err(RecvError), "{name}");
         assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected), "{name}");
-        assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Disconnected), "{name}");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(1)),
+            Err(RecvTimeoutError::Disconnected),
+            "{name}"
+        );
     }
     let (tx, rx) = chan::bounded::<u32>(0);
     drop(tx);
@@ -123,7 +130,11 @@ fn disconnect_by_receivers_hands_message_back() {
         assert!(tx.is_disconnected(), "{name}");
         let err = tx.send("lost".to_string()).unwrap_err();
         assert_eq!(err.into_inner(), "lost", "{name}");
-        assert_eq!(tx.try_send("x".into()), Err(TrySendError::Disconnected("x".into())), "{name}");
+        assert_eq!(
+            tx.try_send("x".into()),
+            Err(TrySendError::Disconnected("x".into())),
+            "{name}"
+        );
         assert!(matches!(
             tx.send_timeout("y".into(), Duration::from_millis(1)),
             Err(SendTimeoutError::Disconnected(m)) if m == "y"
@@ -151,14 +162,26 @@ fn errors_debug_without_t_debug() {
 fn timeouts_expire() {
     for (name, (tx, rx)) in all::<u32>() {
         let start = Instant::now();
-        assert_eq!(rx.recv_timeout(Duration::from_millis(20)), Err(RecvTimeoutError::Timeout), "{name}");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(20)),
+            Err(RecvTimeoutError::Timeout),
+            "{name}"
+        );
         assert!(start.elapsed() >= Duration::from_millis(20), "{name}");
-        assert_eq!(rx.recv_deadline(Instant::now()), Err(RecvTimeoutError::Timeout), "{name}");
+        assert_eq!(
+            rx.recv_deadline(Instant::now()),
+            Err(RecvTimeoutError::Timeout),
+            "{name}"
+        );
         if let Some(cap) = tx.capacity() {
             for i in 0..cap as u32 {
                 tx.send(i).unwrap();
             }
-            assert_eq!(tx.send_timeout(9, Duration::from_millis(10)), Err(SendTimeoutError::Timeout(9)), "{name}");
+            assert_eq!(
+                tx.send_timeout(9, Duration::from_millis(10)),
+                Err(SendTimeoutError::Timeout(9)),
+                "{name}"
+            );
         }
     }
 }
@@ -183,7 +206,10 @@ fn blocking_wakes_across_threads() {
 
 #[test]
 fn blocked_sender_wakes_on_receive_and_on_disconnect() {
-    for (name, (tx, rx)) in [("bounded(1)", chan::bounded(1)), ("bounded(0)", chan::bounded(0))] {
+    for (name, (tx, rx)) in [
+        ("bounded(1)", chan::bounded(1)),
+        ("bounded(0)", chan::bounded(0)),
+    ] {
         if tx.capacity() == Some(1) {
             tx.send(0u32).unwrap();
         }
@@ -396,7 +422,10 @@ fn oneshot_delivers_once() {
     assert_eq!(drops.load(Ordering::SeqCst), 1);
 
     let (_tx, rx) = chan::oneshot::<u8>();
-    assert_eq!(rx.recv_timeout(Duration::from_millis(5)), Err(RecvTimeoutError::Timeout));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(5)),
+        Err(RecvTimeoutError::Timeout)
+    );
 }
 
 #[test]

@@ -32,7 +32,10 @@ enum Flavor {
 }
 
 fn flavor() -> impl Strategy<Value = Flavor> {
-    prop_oneof![(1usize..5).prop_map(Flavor::Bounded), Just(Flavor::Unbounded)]
+    prop_oneof![
+        (1usize..5).prop_map(Flavor::Bounded),
+        Just(Flavor::Unbounded)
+    ]
 }
 
 fn make<T>(f: Flavor) -> (Sender<T>, Receiver<T>) {
@@ -168,14 +171,26 @@ struct Plan {
 }
 
 fn plan() -> impl Strategy<Value = Plan> {
-    let send_kind = prop_oneof![Just(SendKind::Blocking), Just(SendKind::SpinTry), Just(SendKind::Timed)];
-    let recv_kind = prop_oneof![Just(RecvKind::Blocking), Just(RecvKind::SpinTry), Just(RecvKind::Timed)];
+    let send_kind = prop_oneof![
+        Just(SendKind::Blocking),
+        Just(SendKind::SpinTry),
+        Just(SendKind::Timed)
+    ];
+    let recv_kind = prop_oneof![
+        Just(RecvKind::Blocking),
+        Just(RecvKind::SpinTry),
+        Just(RecvKind::Timed)
+    ];
     (
         flavor(),
         prop::collection::vec(prop::collection::vec(send_kind, 0..60), 1..4),
         prop::collection::vec((recv_kind, prop::option::weighted(0.3, 0usize..40)), 1..4),
     )
-        .prop_map(|(flavor, producers, consumers)| Plan { flavor, producers, consumers })
+        .prop_map(|(flavor, producers, consumers)| Plan {
+            flavor,
+            producers,
+            consumers,
+        })
 }
 
 proptest! {

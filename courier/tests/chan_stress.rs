@@ -74,8 +74,10 @@ fn mpmc_totals() {
                 .collect();
             drop(rx);
             producers.into_iter().for_each(|t| t.join().unwrap());
-            let (n, sum) =
-                consumers.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+            let (n, sum) = consumers
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
             let total = PRODUCERS as u64 * PER_PRODUCER;
             assert_eq!(n, total, "{name}: message count");
             assert_eq!(sum, total * (total - 1) / 2, "{name}: message sum");
@@ -85,104 +87,121 @@ fn mpmc_totals() {
 
 #[test]
 fn select_many_to_many_totals() {
-    with_watchdog("select_many_to_many_totals", Duration::from_secs(120), || {
-        for (name, make) in [
-            ("bounded(0)", (|| chan::bounded::<u64>(0)) as fn() -> Pair<u64>),
-            ("bounded(2)", || chan::bounded(2)),
-            ("unbounded", chan::unbounded),
-        ] {
-            let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| make()).unzip();
-            let per = PER_PRODUCER / 4;
-            let producers: Vec<_> = (0..4u64)
-                .map(|p| {
-                    let txs = txs.clone();
-                    thread::spawn(move || {
-                        for i in 0..per {
-                            let mut sel = Select::new();
-                            for tx in &txs {
-                                sel.send(tx);
+    with_watchdog(
+        "select_many_to_many_totals",
+        Duration::from_secs(120),
+        || {
+            for (name, make) in [
+                (
+                    "bounded(0)",
+                    (|| chan::bounded::<u64>(0)) as fn() -> Pair<u64>,
+                ),
+                ("bounded(2)", || chan::bounded(2)),
+                ("unbounded", chan::unbounded),
+            ] {
+                let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| make()).unzip();
+                let per = PER_PRODUCER / 4;
+                let producers: Vec<_> = (0..4u64)
+                    .map(|p| {
+                        let txs = txs.clone();
+                        thread::spawn(move || {
+                            for i in 0..per {
+                                let mut sel = Select::new();
+                                for tx in &txs {
+                                    sel.send(tx);
+                                }
+                                let op = sel.select();
+                                let k = op.index();
+                                op.send(&txs[k], p * per + i).unwrap();
                             }
-                            let op = sel.select();
-                            let k = op.index();
-                            op.send(&txs[k], p * per + i).unwrap();
-                        }
+                        })
                     })
-                })
-                .collect();
-            drop(txs);
-            let consumers: Vec<_> = (0..4)
-                .map(|_| {
-                    let rxs = rxs.clone();
-                    thread::spawn(move || {
-                        let (mut n, mut sum) = (0u64, 0u64);
-                        let mut open = rxs.len();
-                        let mut done = vec![false; rxs.len()];
-                        while open > 0 {
-                            let mut sel = Select::new();
-                            let mut idx = Vec::new();
-                            for (k, rx) in rxs.iter().enumerate() {
-                                if !done[k] {
-                                    sel.recv(rx);
-                                    idx.push(k);
+                    .collect();
+                drop(txs);
+                let consumers: Vec<_> = (0..4)
+                    .map(|_| {
+                        let rxs = rxs.clone();
+                        thread::spawn(move || {
+                            let (mut n, mut sum) = (0u64, 0u64);
+                            let mut open = rxs.len();
+                            let mut done = vec![false; rxs.len()];
+                            while open > 0 {
+                                let mut sel = Select::new();
+                                let mut idx = Vec::new();
+                                for (k, rx) in rxs.iter().enumerate() {
+                                    if !done[k] {
+                                        sel.recv(rx);
+                                        idx.push(k);
+                                    }
+                                }
+                                let op = sel.select();
+                                let k = idx[op.index()];
+                                match op.recv(&rxs[k]) {
+                                    Ok(v) => {
+                                        n += 1;
+                                        sum += v;
+                                    }
+                                    Err(_) => {
+                                        done[k] = true;
+                                        open -= 1;
+                                    }
                                 }
                             }
-                            let op = sel.select();
-                            let k = idx[op.index()];
-                            match op.recv(&rxs[k]) {
-                                Ok(v) => {
-                                    n += 1;
-                                    sum += v;
-                                }
-                                Err(_) => {
-                                    done[k] = true;
-                                    open -= 1;
-                                }
-                            }
-                        }
-                        (n, sum)
+                            (n, sum)
+                        })
                     })
-                })
-                .collect();
-            drop(rxs);
-            producers.into_iter().for_each(|t| t.join().unwrap());
-            let (n, sum) =
-                consumers.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
-            let total = 4 * per;
-            assert_eq!(n, total, "{name}: message count");
-            assert_eq!(sum, total * (total - 1) / 2, "{name}: message sum");
-        }
-    });
+                    .collect();
+                drop(rxs);
+                producers.into_iter().for_each(|t| t.join().unwrap());
+                let (n, sum) = consumers
+                    .into_iter()
+                    .map(|t| t.join().unwrap())
+                    .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+                let total = 4 * per;
+                assert_eq!(n, total, "{name}: message count");
+                assert_eq!(sum, total * (total - 1) / 2, "{name}: message sum");
+            }
+        },
+    );
 }
 
 #[test]
 fn ring_of_threads_completes() {
     // Seed 003's ring: every task sends to the next and receives from its own channel.
-    with_watchdog("ring_of_threads_completes", Duration::from_secs(120), || {
-        for (name, make) in
-            [("bounded(1)", (|| chan::bounded::<u64>(1)) as fn() -> Pair<u64>), ("unbounded", chan::unbounded)]
-        {
-            let n = 8;
-            let rounds = PER_PRODUCER / 4;
-            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| make()).unzip();
-            txs.rotate_left(1);
-            let handles: Vec<_> = txs
-                .into_iter()
-                .zip(rxs)
-                .map(|(tx, rx)| {
-                    thread::spawn(move || {
-                        let mut sum = 0;
-                        for j in 0..rounds {
-                            tx.send(j).unwrap();
-                            sum += rx.recv().unwrap();
-                        }
-                        sum
+    with_watchdog(
+        "ring_of_threads_completes",
+        Duration::from_secs(120),
+        || {
+            for (name, make) in [
+                (
+                    "bounded(1)",
+                    (|| chan::bounded::<u64>(1)) as fn() -> Pair<u64>,
+                ),
+                ("unbounded", chan::unbounded),
+            ] {
+                let n = 8;
+                let rounds = PER_PRODUCER / 4;
+                let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| make()).unzip();
+                txs.rotate_left(1);
+                let handles: Vec<_> = txs
+                    .into_iter()
+                    .zip(rxs)
+                    .map(|(tx, rx)| {
+                        thread::spawn(move || {
+                            let mut sum = 0;
+                            for j in 0..rounds {
+                                tx.send(j).unwrap();
+                                sum += rx.recv().unwrap();
+                            }
+                            sum
+                        })
                     })
-                })
-                .collect();
-            let total: u64 = handles.into_iter().map(|t| t.join().unwrap()).sum();
-            assert_eq!(total, n as u64 * rounds * (rounds - 1) / 2, "{name}");
-        }
-    });
+                    .collect();
+                let total: u64 = handles.into_iter().map(|t| t.join().unwrap()).sum();
+                assert_eq!(total, n as u64 * rounds * (rounds - 1) / 2, "{name}");
+            }
+        },
+    );
 }
 
 #[test]

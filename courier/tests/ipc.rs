@@ -12,10 +12,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use courier::ipc::{
-    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer, IpcReceiver, IpcSender,
-    LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
+    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer,
+    IpcReceiver, IpcSender, LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
 };
-use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
+    SocketType,
+};
 use serde::{Deserialize, Serialize};
 
 mod common;
@@ -33,7 +36,9 @@ fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R 
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,7 +59,11 @@ struct Blob {
 fn typed_values_roundtrip() {
     let _check = fd_check();
     let (tx, rx) = ipc::channel::<Shape>().unwrap();
-    let shapes = [Shape::Unit, Shape::Point { x: -1, y: i64::MAX }, Shape::Named("ü".repeat(100), (0..1000).collect())];
+    let shapes = [
+        Shape::Unit,
+        Shape::Point { x: -1, y: i64::MAX },
+        Shape::Named("ü".repeat(100), (0..1000).collect()),
+    ];
     for shape in &shapes {
         tx.send(shape.clone()).unwrap();
     }
@@ -70,7 +79,24 @@ fn typed_values_roundtrip() {
 fn every_size_class_roundtrips() {
     let _check = fd_check();
     // Inline, around the header and alignment edges, one full packet, shared memory.
-    let sizes = [0, 1, 7, 8, 9, 31, 32, 33, 4095, 4096, 65535, 65536, 65537, 200_000, 1 << 20, 3 << 20];
+    let sizes = [
+        0,
+        1,
+        7,
+        8,
+        9,
+        31,
+        32,
+        33,
+        4095,
+        4096,
+        65535,
+        65536,
+        65537,
+        200_000,
+        1 << 20,
+        3 << 20,
+    ];
     let (tx, rx) = ipc::bytes_channel().unwrap();
     let (ttx, trx) = ipc::channel::<Vec<u8>>().unwrap();
     let (btx, brx) = ipc::channel::<Blob>().unwrap();
@@ -80,8 +106,19 @@ fn every_size_class_roundtrips() {
         assert_eq!(rx.recv().unwrap(), data, "bytes, {size} B");
         ttx.send(data.clone()).unwrap();
         assert_eq!(trx.recv().unwrap(), data, "typed, {size} B");
-        btx.send(Blob { id: size as u32, bytes: data.clone() }).unwrap();
-        assert_eq!(brx.recv().unwrap(), Blob { id: size as u32, bytes: data }, "serde_bytes, {size} B");
+        btx.send(Blob {
+            id: size as u32,
+            bytes: data.clone(),
+        })
+        .unwrap();
+        assert_eq!(
+            brx.recv().unwrap(),
+            Blob {
+                id: size as u32,
+                bytes: data
+            },
+            "serde_bytes, {size} B"
+        );
     }
     // Sizes that go down, then up again: the receive buffer adapts.
     for &size in sizes.iter().rev().chain(&sizes) {
@@ -127,7 +164,8 @@ fn concurrent_large_senders_never_interleave() {
                         let tx = tx.clone();
                         std::thread::spawn(move || {
                             for round in 0..3u8 {
-                                tx.send(&pattern(400_000 + usize::from(id) * 1000, id ^ round)).unwrap();
+                                tx.send(&pattern(400_000 + usize::from(id) * 1000, id ^ round))
+                                    .unwrap();
                             }
                         })
                     })
@@ -158,7 +196,12 @@ fn send_vectored_gathers_parts() {
     let parts: Vec<IoSlice<'_>> = body.chunks(10).map(IoSlice::new).collect();
     tx.send_vectored(&parts).unwrap();
     assert_eq!(rx.recv().unwrap(), body);
-    tx.send_vectored(&[IoSlice::new(b"head"), IoSlice::new(b""), IoSlice::new(b"tail")]).unwrap();
+    tx.send_vectored(&[
+        IoSlice::new(b"head"),
+        IoSlice::new(b""),
+        IoSlice::new(b"tail"),
+    ])
+    .unwrap();
     assert_eq!(rx.recv().unwrap(), b"headtail");
 }
 
@@ -175,7 +218,13 @@ fn channels_travel_inside_messages() {
     let (reply_tx, reply_rx) = ipc::channel::<String>().unwrap();
     let (data_tx, data_rx) = ipc::channel::<u32>().unwrap();
     let (raw_tx, raw_rx) = ipc::bytes_channel().unwrap();
-    req_tx.send(Request { reply: reply_tx, data: data_rx, raw: raw_tx }).unwrap();
+    req_tx
+        .send(Request {
+            reply: reply_tx,
+            data: data_rx,
+            raw: raw_tx,
+        })
+        .unwrap();
     let request = req_rx.recv().unwrap();
     data_tx.send(5).unwrap();
     assert_eq!(request.data.recv().unwrap(), 5);
@@ -193,7 +242,8 @@ fn channels_travel_inside_messages() {
 fn many_channels_in_one_message_and_a_limit() {
     let _check = fd_check();
     let (tx, rx) = ipc::channel::<Vec<IpcSender<u8>>>().unwrap();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..63).map(|_| ipc::channel::<u8>().unwrap()).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..63).map(|_| ipc::channel::<u8>().unwrap()).unzip();
     tx.send(senders).unwrap();
     let senders = rx.recv().unwrap();
     for (i, (s, r)) in senders.iter().zip(&receivers).enumerate() {
@@ -210,7 +260,10 @@ fn many_channels_in_one_message_and_a_limit() {
             || {
                 let (tx, rx) = ipc::channel::<(IpcSender<u8>, Blob)>().unwrap();
                 let (s, r) = ipc::channel::<u8>().unwrap();
-                let blob = Blob { id: 1, bytes: pattern(300_000, 4) };
+                let blob = Blob {
+                    id: 1,
+                    bytes: pattern(300_000, 4),
+                };
                 let sender = std::thread::spawn(move || tx.send((s, blob)).unwrap());
                 let (s, blob) = rx.recv().unwrap();
                 sender.join().unwrap();
@@ -238,7 +291,12 @@ fn opaque_ends_and_untyped_messages() {
     let rx = rx.to::<Shape>();
     tx.send(Shape::Unit).unwrap();
     assert_eq!(rx.recv().unwrap(), Shape::Unit);
-    assert_eq!(IpcMessage::from_data(postcard_bytes_of_u32(7)).to::<u32>().unwrap(), 7);
+    assert_eq!(
+        IpcMessage::from_data(postcard_bytes_of_u32(7))
+            .to::<u32>()
+            .unwrap(),
+        7
+    );
 }
 
 fn postcard_bytes_of_u32(v: u32) -> Vec<u8> {
@@ -253,14 +311,20 @@ fn try_recv_and_timeouts() {
     let (tx, rx) = ipc::channel::<u8>().unwrap();
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     let start = Instant::now();
-    assert!(matches!(rx.try_recv_timeout(Duration::from_millis(20)), Err(TryRecvError::Empty)));
+    assert!(matches!(
+        rx.try_recv_timeout(Duration::from_millis(20)),
+        Err(TryRecvError::Empty)
+    ));
     assert!(start.elapsed() >= Duration::from_millis(20));
     tx.send(1).unwrap();
     assert_eq!(rx.try_recv().unwrap(), 1);
     tx.send(2).unwrap();
     assert_eq!(rx.try_recv_timeout(Duration::from_secs(10)).unwrap(), 2);
     drop(tx);
-    assert!(matches!(rx.try_recv(), Err(TryRecvError::IpcError(IpcError::Disconnected))));
+    assert!(matches!(
+        rx.try_recv(),
+        Err(TryRecvError::IpcError(IpcError::Disconnected))
+    ));
     assert!(matches!(
         rx.try_recv_timeout(Duration::from_secs(10)),
         Err(TryRecvError::IpcError(IpcError::Disconnected))
@@ -268,7 +332,10 @@ fn try_recv_and_timeouts() {
 
     let (tx, rx) = ipc::bytes_channel().unwrap();
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-    assert!(matches!(rx.try_recv_timeout(Duration::from_millis(5)), Err(TryRecvError::Empty)));
+    assert!(matches!(
+        rx.try_recv_timeout(Duration::from_millis(5)),
+        Err(TryRecvError::Empty)
+    ));
     tx.send(b"x").unwrap();
     assert_eq!(rx.try_recv_timeout(Duration::from_secs(10)).unwrap(), b"x");
 }
@@ -293,8 +360,14 @@ fn disconnection_both_ways() {
     assert!(matches!(tx.send(1), Err(IpcError::Disconnected)));
     let (tx, rx) = ipc::bytes_channel().unwrap();
     drop(rx);
-    assert_eq!(tx.send(b"x").unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
-    assert_eq!(tx.send(&pattern(1 << 20, 0)).unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    assert_eq!(
+        tx.send(b"x").unwrap_err().kind(),
+        std::io::ErrorKind::BrokenPipe
+    );
+    assert_eq!(
+        tx.send(&pattern(1 << 20, 0)).unwrap_err().kind(),
+        std::io::ErrorKind::BrokenPipe
+    );
 }
 
 #[test]
@@ -307,7 +380,10 @@ fn size_limit_is_checked_before_allocating() {
     tx.send(&pattern(1000, 0)).unwrap();
     for _ in 0..2 {
         match rx.recv() {
-            Err(IpcError::Io(e)) => assert!(matches!(wire_error(&e), Some(WireError::TooLarge { limit: 1000, .. }))),
+            Err(IpcError::Io(e)) => assert!(matches!(
+                wire_error(&e),
+                Some(WireError::TooLarge { limit: 1000, .. })
+            )),
             other => panic!("expected TooLarge, got {other:?}"),
         }
     }
@@ -325,7 +401,9 @@ fn one_shot_server_in_process() {
     assert_eq!(greeting, "hi");
     reply.send(3).unwrap();
     assert_eq!(rx.recv().unwrap(), 3);
-    client.send(("again".into(), ipc::channel().unwrap().0)).unwrap();
+    client
+        .send(("again".into(), ipc::channel().unwrap().0))
+        .unwrap();
     assert_eq!(server_rx.recv().unwrap().0, "again");
     // The rendezvous socket is gone once the server is consumed.
     assert!(!std::path::Path::new(&name).exists());
@@ -379,12 +457,20 @@ fn many_threads_share_one_sender() {
 // ===== a hostile peer =====
 
 fn wire_error(e: &std::io::Error) -> Option<WireError> {
-    e.get_ref().and_then(|e| e.downcast_ref::<WireError>()).copied()
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<WireError>())
+        .copied()
 }
 
 /// A bytes receiver and the raw socket that feeds it.
 fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
-    let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let (a, b) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
     (a, IpcBytesReceiver::from(b))
 }
 
@@ -412,10 +498,19 @@ fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
     let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
-    net::sendmsg(fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL).unwrap();
+    net::sendmsg(
+        fd,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
 }
 
-fn expect_wire_error<T: std::fmt::Debug>(result: Result<T, IpcError>, what: &str) -> Option<WireError> {
+fn expect_wire_error<T: std::fmt::Debug>(
+    result: Result<T, IpcError>,
+    what: &str,
+) -> Option<WireError> {
     match result {
         Err(IpcError::Io(e)) => wire_error(&e),
         other => panic!("{what}: expected an I/O error, got {other:?}"),
@@ -432,27 +527,54 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
     let mut claims_more = header(0, 0, 10, 0, 0);
     claims_more.extend_from_slice(b"abc");
     // (packets, each with its descriptors, and what the receiver must say)
-    type Case<'a> = (Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'a>>)>, &'static str);
+    type Case<'a> = (
+        Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'a>>)>,
+        &'static str,
+    );
     let cases: Vec<Case<'_>> = vec![
         (vec![(b"short".to_vec(), vec![])], "short packet"),
         (vec![(vec![0xff; 64], vec![])], "bad magic"),
         (vec![(header(7, 0, 0, 0, 0), vec![])], "unknown body"),
         (vec![(claims_more, vec![])], "length mismatch"),
         (vec![(header(0, 0, 1 << 40, 0, 0), vec![])], "huge claim"),
-        (vec![(header(1, 0, 1 << 20, 0, 0), vec![])], "fragmented without carrier"),
-        (vec![(header(2, 0, 1 << 20, 0, 0), vec![])], "region without carrier"),
-        (vec![(fd_packet(1, 5), vec![pipe_r.as_fd()])], "descriptors nobody announced"),
-        (vec![(header(2, 1, 100, 3, 6), vec![]), (fd_packet(1, 6), vec![pipe_r.as_fd()])], "a pipe posing as a region"),
         (
-            vec![(header(1, 1, 1 << 20, 3, 7), vec![]), (fd_packet(1, 7), vec![pipe_r.as_fd()])],
+            vec![(header(1, 0, 1 << 20, 0, 0), vec![])],
+            "fragmented without carrier",
+        ),
+        (
+            vec![(header(2, 0, 1 << 20, 0, 0), vec![])],
+            "region without carrier",
+        ),
+        (
+            vec![(fd_packet(1, 5), vec![pipe_r.as_fd()])],
+            "descriptors nobody announced",
+        ),
+        (
+            vec![
+                (header(2, 1, 100, 3, 6), vec![]),
+                (fd_packet(1, 6), vec![pipe_r.as_fd()]),
+            ],
+            "a pipe posing as a region",
+        ),
+        (
+            vec![
+                (header(1, 1, 1 << 20, 3, 7), vec![]),
+                (fd_packet(1, 7), vec![pipe_r.as_fd()]),
+            ],
             "a pipe posing as a fragment socket",
         ),
         (
-            vec![(header(0, 1, 0, 0, 8), vec![]), (fd_packet(2, 8), vec![pipe_r.as_fd(), pipe_w.as_fd()])],
+            vec![
+                (header(0, 1, 0, 0, 8), vec![]),
+                (fd_packet(2, 8), vec![pipe_r.as_fd(), pipe_w.as_fd()]),
+            ],
             "more descriptors than announced",
         ),
         (
-            vec![(header(0, 2, 0, 0, 9), vec![]), (fd_packet(9, 10), vec![pipe_r.as_fd()])],
+            vec![
+                (header(0, 2, 0, 0, 9), vec![]),
+                (fd_packet(9, 10), vec![pipe_r.as_fd()]),
+            ],
             "descriptors for another message",
         ),
     ];
@@ -461,12 +583,18 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
             raw_send(&raw, bytes, fds);
         }
         let err = expect_wire_error(rx.recv(), what);
-        assert!(err.is_some() || *what == "a pipe posing as a fragment socket", "{what}: {err:?}");
+        assert!(
+            err.is_some() || *what == "a pipe posing as a fragment socket",
+            "{what}: {err:?}"
+        );
         if *what == "descriptors for another message" {
             // The message still waits for its own descriptors: give up on it
             // by sending them wrongly counted.
             raw_send(&raw, &fd_packet(1, 9), &[pipe_r.as_fd()]);
-            assert!(matches!(expect_wire_error(rx.recv(), what), Some(WireError::UnexpectedFds { .. })));
+            assert!(matches!(
+                expect_wire_error(rx.recv(), what),
+                Some(WireError::UnexpectedFds { .. })
+            ));
         }
         // The channel still works after each bad message.
         raw_send(&raw, &inline_ok, &[]);
@@ -488,14 +616,23 @@ fn oversized_packets_and_descriptor_floods() {
     let mut big = header(0, 0, (1 << 20) - 40, 0, 0);
     big.resize(1 << 20, 7);
     raw_send(&raw, &big, &[]);
-    assert_eq!(expect_wire_error(rx.recv(), "oversized"), Some(WireError::Truncated));
+    assert_eq!(
+        expect_wire_error(rx.recv(), "oversized"),
+        Some(WireError::Truncated)
+    );
     // More descriptors than any message may carry: the kernel truncates the
     // control data, the receiver reports it and closes what did arrive.
     let pipes: Vec<_> = (0..40).map(|_| rustix::pipe::pipe().unwrap()).collect();
-    let fds: Vec<_> = pipes.iter().flat_map(|(a, b)| [a.as_fd(), b.as_fd()]).collect();
+    let fds: Vec<_> = pipes
+        .iter()
+        .flat_map(|(a, b)| [a.as_fd(), b.as_fd()])
+        .collect();
     raw_send(&raw, &header(0, 64, 0, 0, 11), &[]);
     raw_send(&raw, &fd_packet(80, 11), &fds);
-    assert_eq!(expect_wire_error(rx.recv(), "flood"), Some(WireError::ControlTruncated));
+    assert_eq!(
+        expect_wire_error(rx.recv(), "flood"),
+        Some(WireError::ControlTruncated)
+    );
     drop(fds);
     drop(pipes);
     raw_send(&raw, &header(0, 0, 0, 0, 0), &[]);
@@ -504,7 +641,10 @@ fn oversized_packets_and_descriptor_floods() {
     // message fails, then the channel reports the disconnection.
     raw_send(&raw, &header(0, 1, 0, 0, 12), &[]);
     drop(raw);
-    assert_eq!(expect_wire_error(rx.recv(), "hang-up"), Some(WireError::Truncated));
+    assert_eq!(
+        expect_wire_error(rx.recv(), "hang-up"),
+        Some(WireError::Truncated)
+    );
     assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
 }
 
@@ -515,7 +655,13 @@ fn complete_messages_never_wait_behind_incomplete_ones() {
     // packet, sender B's plain message arrives. B is delivered at once, A
     // when its descriptor comes.
     let (raw, rx) = {
-        let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        let (a, b) = net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
         (a, IpcReceiver::<(u8, Option<IpcBytesSender>)>::from(b))
     };
     let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
@@ -524,9 +670,15 @@ fn complete_messages_never_wait_behind_incomplete_ones() {
     let mut b = header(0, 0, 2, 0, 0);
     b.extend_from_slice(&[2, 0]); // (2u8, None)
     raw_send(&raw, &a, &[]);
-    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "A has no descriptor yet");
+    assert!(
+        matches!(rx.try_recv(), Err(TryRecvError::Empty)),
+        "A has no descriptor yet"
+    );
     raw_send(&raw, &b, &[]);
-    assert!(matches!(rx.recv().unwrap(), (2, None)), "B does not wait for A");
+    assert!(
+        matches!(rx.recv().unwrap(), (2, None)),
+        "B does not wait for A"
+    );
     raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
     let (n, sender) = rx.recv().unwrap();
     assert_eq!(n, 1);
@@ -546,7 +698,10 @@ fn announced_descriptors_that_never_come_are_bounded() {
     let mut inline_ok = header(0, 0, 3, 0, 0);
     inline_ok.extend_from_slice(b"abc");
     raw_send(&raw, &inline_ok, &[]);
-    assert_eq!(expect_wire_error(rx.recv(), "too many waiting"), Some(WireError::DescriptorsMissing));
+    assert_eq!(
+        expect_wire_error(rx.recv(), "too many waiting"),
+        Some(WireError::DescriptorsMissing)
+    );
     assert_eq!(rx.recv().unwrap(), b"abc");
     // The given-up message's descriptors, if they come late, are dropped quietly.
     let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
@@ -561,7 +716,10 @@ fn empty_packets_are_not_the_end_of_the_stream() {
     let _check = fd_check();
     let (raw, rx) = raw_pair();
     raw_send(&raw, &[], &[]);
-    assert_eq!(expect_wire_error(rx.recv(), "empty"), Some(WireError::BadHeader("empty packet")));
+    assert_eq!(
+        expect_wire_error(rx.recv(), "empty"),
+        Some(WireError::BadHeader("empty packet"))
+    );
     let mut inline_ok = header(0, 0, 3, 0, 0);
     inline_ok.extend_from_slice(b"abc");
     raw_send(&raw, &inline_ok, &[]);
@@ -579,7 +737,10 @@ fn a_refused_large_message_leaves_no_trace() {
     rx.set_max_message_size(1000);
     tx.send(&pattern(1 << 20, 1)).unwrap();
     tx.send(b"small").unwrap();
-    assert!(matches!(expect_wire_error(rx.recv(), "refused"), Some(WireError::TooLarge { .. })));
+    assert!(matches!(
+        expect_wire_error(rx.recv(), "refused"),
+        Some(WireError::TooLarge { .. })
+    ));
     assert_eq!(rx.recv().unwrap(), b"small");
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
 }
@@ -589,8 +750,13 @@ fn a_fragmented_message_may_fit_its_first_packet() {
     let _check = fd_check();
     // What a sender produces when `ENOBUFS` made it fragment a small message.
     let (raw, rx) = raw_pair();
-    let (carrier, _peer) =
-        net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let (carrier, _peer) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
     let mut first = header(1, 1, 3, 3, 77);
     first.extend_from_slice(b"abc");
     raw_send(&raw, &first, &[]);
@@ -602,7 +768,13 @@ fn a_fragmented_message_may_fit_its_first_packet() {
 fn typed_receiver_rejects_bad_channel_indices() {
     let _check = fd_check();
     // A message that names channel index 5 while carrying one descriptor.
-    let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let (a, b) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
     let rx = IpcReceiver::<IpcSender<u8>>::from(b);
     let (spare, _keep) = ipc::channel::<u8>().unwrap();
     let mut message = header(0, 1, 1, 0, 1);

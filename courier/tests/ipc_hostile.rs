@@ -11,7 +11,10 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use courier::ipc::{IpcBytesReceiver, IpcError, IpcReceiver, IpcSender, TryRecvError};
 use proptest::prelude::*;
-use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
+    SocketType,
+};
 
 mod common;
 use common::fd_check;
@@ -20,15 +23,32 @@ use common::fd_check;
 #[derive(Clone, Debug)]
 enum Packet {
     Garbage(Vec<u8>),
-    Header { body: u8, nfds: u8, total: u64, kinds: u128, tag: u64, payload: Vec<u8> },
-    Fds { count: u32, tag: u64 },
+    Header {
+        body: u8,
+        nfds: u8,
+        total: u64,
+        kinds: u128,
+        tag: u64,
+        payload: Vec<u8>,
+    },
+    Fds {
+        count: u32,
+        tag: u64,
+    },
 }
 
 impl Packet {
     fn bytes(&self) -> Vec<u8> {
         match self {
             Packet::Garbage(bytes) => bytes.clone(),
-            Packet::Header { body, nfds, total, kinds, tag, payload } => {
+            Packet::Header {
+                body,
+                nfds,
+                total,
+                kinds,
+                tag,
+                payload,
+            } => {
                 let mut b = Vec::new();
                 b.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
                 b.extend_from_slice(&[*body, *nfds, 0, 0]);
@@ -52,16 +72,22 @@ impl Packet {
 fn packet() -> impl Strategy<Value = (Packet, u8)> {
     let small_tag = 0u64..4;
     let garbage = proptest::collection::vec(any::<u8>(), 0..64).prop_map(Packet::Garbage);
-    let header =
-        (0u8..4, 0u8..4, 0u64..64, 0u128..256, small_tag.clone(), proptest::collection::vec(any::<u8>(), 0..48))
-            .prop_map(|(body, nfds, total, kinds, tag, payload)| Packet::Header {
-                body,
-                nfds,
-                total,
-                kinds,
-                tag,
-                payload,
-            });
+    let header = (
+        0u8..4,
+        0u8..4,
+        0u64..64,
+        0u128..256,
+        small_tag.clone(),
+        proptest::collection::vec(any::<u8>(), 0..48),
+    )
+        .prop_map(|(body, nfds, total, kinds, tag, payload)| Packet::Header {
+            body,
+            nfds,
+            total,
+            kinds,
+            tag,
+            payload,
+        });
     let fds = (0u32..4, small_tag).prop_map(|(count, tag)| Packet::Fds { count, tag });
     // Each packet comes with 0..3 descriptors attached.
     (prop_oneof![garbage, header, fds], 0u8..3)
@@ -74,23 +100,38 @@ fn send_raw(fd: &OwnedFd, bytes: &[u8], attach: u8) {
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
     // A packet the kernel refuses (none here are) would just not arrive.
-    let _ = net::sendmsg(fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL);
+    let _ = net::sendmsg(
+        fd,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    );
 }
 
 /// Drains the receiver without blocking; every outcome must be typed.
 fn drain<T>(mut next: impl FnMut() -> Result<T, TryRecvError>) {
     for _ in 0..200 {
         match next() {
-            Ok(_) | Err(TryRecvError::IpcError(IpcError::Io(_) | IpcError::SerializationError(_))) => {}
-            Err(TryRecvError::Empty) | Err(TryRecvError::IpcError(IpcError::Disconnected)) => return,
+            Ok(_)
+            | Err(TryRecvError::IpcError(IpcError::Io(_) | IpcError::SerializationError(_))) => {}
+            Err(TryRecvError::Empty) | Err(TryRecvError::IpcError(IpcError::Disconnected)) => {
+                return
+            }
         }
     }
 }
 
 /// A well-formed inline message of `payload`, no descriptors.
 fn good(payload: &[u8]) -> Vec<u8> {
-    Packet::Header { body: 0, nfds: 0, total: payload.len() as u64, kinds: 0, tag: 0, payload: payload.to_vec() }
-        .bytes()
+    Packet::Header {
+        body: 0,
+        nfds: 0,
+        total: payload.len() as u64,
+        kinds: 0,
+        tag: 0,
+        payload: payload.to_vec(),
+    }
+    .bytes()
 }
 
 proptest! {

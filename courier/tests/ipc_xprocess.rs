@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use courier::ipc::{self, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender, TryRecvError};
+use courier::ipc::{
+    self, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender, TryRecvError,
+};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
@@ -22,25 +24,47 @@ const PATIENCE: Duration = Duration::from_secs(60);
 #[derive(Serialize, Deserialize)]
 enum Request {
     /// Hash `data` and reply with the hash.
-    Hash { data: ByteBuf, reply: IpcSender<u64> },
+    Hash {
+        data: ByteBuf,
+        reply: IpcSender<u64>,
+    },
     /// Produce `len` bytes of `pattern(len, seed)` on `to`.
-    Produce { len: usize, seed: u64, to: IpcBytesSender },
+    Produce {
+        len: usize,
+        seed: u64,
+        to: IpcBytesSender,
+    },
     /// Send `(id, 0..count)` on `to`.
-    Stream { id: u32, count: u32, to: IpcSender<(u32, u32)> },
+    Stream {
+        id: u32,
+        count: u32,
+        to: IpcSender<(u32, u32)>,
+    },
     /// Receive numbers on `from` and send each plus one on `to`, until `from` disconnects.
-    Forward { from: IpcReceiver<u64>, to: IpcSender<u64> },
+    Forward {
+        from: IpcReceiver<u64>,
+        to: IpcSender<u64>,
+    },
     /// Send `values` on `to`.
-    Emit { values: Vec<u64>, to: IpcSender<u64> },
+    Emit {
+        values: Vec<u64>,
+        to: IpcSender<u64>,
+    },
 }
 
 /// Runs the child role, when this process is a child; a no-op test otherwise.
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE) else { return };
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
     let server = std::env::var(SERVER).expect("server name");
     assert_eq!(role, "serve");
     let (tx, rx) = ipc::channel::<Request>().unwrap();
-    IpcSender::<IpcSender<Request>>::connect(server).unwrap().send(tx).unwrap();
+    IpcSender::<IpcSender<Request>>::connect(server)
+        .unwrap()
+        .send(tx)
+        .unwrap();
     loop {
         match rx.recv() {
             Ok(Request::Hash { data, reply }) => reply.send(hash(&data)).unwrap(),
@@ -78,7 +102,13 @@ struct Peer {
 fn spawn_peer() -> Peer {
     let (server, name) = IpcOneShotServer::<IpcSender<Request>>::new().unwrap();
     let child = Command::new("/proc/self/exe")
-        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(ROLE, "serve")
         .env(SERVER, name)
         .stdin(Stdio::null())
@@ -137,11 +167,30 @@ fn bootstrap_and_large_payloads_by_hash() {
     for (len, seed) in [(0, 1), (100, 2), (8 << 20, 3), (256 << 20, 4)] {
         let data = pattern(len, seed);
         let expected = hash(&data);
-        peer.requests.send(Request::Hash { data: ByteBuf::from(data), reply: reply_tx.clone() }).unwrap();
-        assert_eq!(reply_rx.try_recv_timeout(PATIENCE).unwrap(), expected, "parent -> child, {len} B");
-        peer.requests.send(Request::Produce { len, seed, to: bytes_tx.clone() }).unwrap();
+        peer.requests
+            .send(Request::Hash {
+                data: ByteBuf::from(data),
+                reply: reply_tx.clone(),
+            })
+            .unwrap();
+        assert_eq!(
+            reply_rx.try_recv_timeout(PATIENCE).unwrap(),
+            expected,
+            "parent -> child, {len} B"
+        );
+        peer.requests
+            .send(Request::Produce {
+                len,
+                seed,
+                to: bytes_tx.clone(),
+            })
+            .unwrap();
         let got = bytes_rx.try_recv_timeout(PATIENCE).unwrap();
-        assert_eq!((got.len(), hash(&got)), (len, expected), "child -> parent, {len} B");
+        assert_eq!(
+            (got.len(), hash(&got)),
+            (len, expected),
+            "child -> parent, {len} B"
+        );
     }
     peer.finish();
 }
@@ -152,13 +201,21 @@ fn large_payloads_fragmented_across_processes() {
     // The child inherits the default configuration (regions on); this
     // process sends with regions off, so its large messages are fragmented.
     let saved = ipc::Config::global();
-    ipc::Config::set_global(ipc::Config { large_messages: ipc::LargeMessages::Fragments, ..saved });
+    ipc::Config::set_global(ipc::Config {
+        large_messages: ipc::LargeMessages::Fragments,
+        ..saved
+    });
     let peer = spawn_peer();
     let (reply_tx, reply_rx) = ipc::channel::<u64>().unwrap();
     for len in [300_000, 8 << 20] {
         let data = pattern(len, 5);
         let expected = hash(&data);
-        peer.requests.send(Request::Hash { data: ByteBuf::from(data), reply: reply_tx.clone() }).unwrap();
+        peer.requests
+            .send(Request::Hash {
+                data: ByteBuf::from(data),
+                reply: reply_tx.clone(),
+            })
+            .unwrap();
         assert_eq!(reply_rx.try_recv_timeout(PATIENCE).unwrap(), expected);
     }
     ipc::Config::set_global(saved);
@@ -174,15 +231,30 @@ fn senders_and_receivers_cross_three_processes() {
     let (out_tx, out_rx) = ipc::channel::<u64>().unwrap();
     // The forwarder gets a receiver, the emitter the matching sender: the
     // numbers go emitter -> forwarder -> here, never through this process's ends.
-    forwarder.requests.send(Request::Forward { from: middle_rx, to: out_tx }).unwrap();
-    emitter.requests.send(Request::Emit { values: (0..100).collect(), to: middle_tx }).unwrap();
+    forwarder
+        .requests
+        .send(Request::Forward {
+            from: middle_rx,
+            to: out_tx,
+        })
+        .unwrap();
+    emitter
+        .requests
+        .send(Request::Emit {
+            values: (0..100).collect(),
+            to: middle_tx,
+        })
+        .unwrap();
     for v in 0..100 {
         assert_eq!(out_rx.try_recv_timeout(PATIENCE).unwrap(), v + 1);
     }
     emitter.finish();
     // The emitter held the last sender of the middle channel: the forwarder
     // sees the disconnection and drops its sender, so ours disconnects too.
-    assert!(matches!(out_rx.try_recv_timeout(PATIENCE), Err(TryRecvError::IpcError(IpcError::Disconnected))));
+    assert!(matches!(
+        out_rx.try_recv_timeout(PATIENCE),
+        Err(TryRecvError::IpcError(IpcError::Disconnected))
+    ));
     forwarder.finish();
 }
 
@@ -194,7 +266,13 @@ fn eight_concurrent_senders_keep_per_sender_order() {
     let peers: Vec<Peer> = (0..SENDERS).map(|_| spawn_peer()).collect();
     let (tx, rx) = ipc::channel::<(u32, u32)>().unwrap();
     for (id, peer) in peers.iter().enumerate() {
-        peer.requests.send(Request::Stream { id: id as u32, count: TOTAL / SENDERS, to: tx.clone() }).unwrap();
+        peer.requests
+            .send(Request::Stream {
+                id: id as u32,
+                count: TOTAL / SENDERS,
+                to: tx.clone(),
+            })
+            .unwrap();
     }
     drop(tx);
     let mut next: HashMap<u32, u32> = HashMap::new();
@@ -217,7 +295,13 @@ fn a_killed_peer_gives_disconnected() {
     let _check = fd_check();
     let mut peer = spawn_peer();
     let (tx, rx) = ipc::channel::<(u32, u32)>().unwrap();
-    peer.requests.send(Request::Stream { id: 0, count: u32::MAX, to: tx }).unwrap();
+    peer.requests
+        .send(Request::Stream {
+            id: 0,
+            count: u32::MAX,
+            to: tx,
+        })
+        .unwrap();
     for seq in 0..1000 {
         assert_eq!(rx.try_recv_timeout(PATIENCE).unwrap(), (0, seq));
     }
@@ -235,7 +319,10 @@ fn a_killed_peer_gives_disconnected() {
     // And sending to the dead child fails instead of hanging or raising SIGPIPE.
     let (reply, _r) = ipc::channel().unwrap();
     assert!(matches!(
-        peer.requests.send(Request::Hash { data: ByteBuf::from(vec![1]), reply }),
+        peer.requests.send(Request::Hash {
+            data: ByteBuf::from(vec![1]),
+            reply
+        }),
         Err(IpcError::Disconnected)
     ));
 }

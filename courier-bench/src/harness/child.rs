@@ -49,12 +49,20 @@ pub fn spawn(role: &str, args: &[String], fds: &[BorrowedFd<'_>]) -> io::Result<
     }
     let count = fds.len();
     let mut command = Command::new("/proc/self/exe");
-    command.arg(SUBCOMMAND).arg(role).args(args).stdin(Stdio::null()).stdout(Stdio::null());
+    command
+        .arg(SUBCOMMAND)
+        .arg(role)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
     // SAFETY: the hook runs between fork and exec and only makes async-signal-
     // safe calls (`fcntl`, `dup2`) on a copied array, no allocation or lock;
     // `fds` borrows the sources, so they stay open until after the exec.
     unsafe { command.pre_exec(move || place_fds(&sources[..count])) };
-    Ok(Peer { child: command.spawn()?, role: role.to_string() })
+    Ok(Peer {
+        child: command.spawn()?,
+        role: role.to_string(),
+    })
 }
 
 /// In the forked child: moves `sources` to 3, 4, … without close-on-exec.
@@ -91,7 +99,10 @@ impl Peer {
         if status.success() {
             Ok(())
         } else {
-            Err(io::Error::other(format!("child role `{}` failed: {status}", self.role)))
+            Err(io::Error::other(format!(
+                "child role `{}` failed: {status}",
+                self.role
+            )))
         }
     }
 
@@ -115,17 +126,23 @@ impl Drop for Peer {
 pub fn inherited_fd(index: usize) -> io::Result<OwnedFd> {
     static TAKEN: AtomicU32 = AtomicU32::new(0);
     if index >= MAX_FDS {
-        return Err(io::Error::other(format!("descriptor index {index} >= {MAX_FDS}")));
+        return Err(io::Error::other(format!(
+            "descriptor index {index} >= {MAX_FDS}"
+        )));
     }
     let bit = 1 << index;
     if TAKEN.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
-        return Err(io::Error::other(format!("descriptor {index} already taken")));
+        return Err(io::Error::other(format!(
+            "descriptor {index} already taken"
+        )));
     }
     let raw = FIRST_FD + index as RawFd;
     // SAFETY: `fcntl(F_GETFD)` takes a plain integer and only reports whether
     // it names an open descriptor.
     if unsafe { libc::fcntl(raw, libc::F_GETFD) } == -1 {
-        return Err(io::Error::other(format!("descriptor {raw} was not passed to this child")));
+        return Err(io::Error::other(format!(
+            "descriptor {raw} was not passed to this child"
+        )));
     }
     // SAFETY: `raw` is open (checked above) and was placed there by the parent
     // for this process; nothing else in it owns that number, and `TAKEN`
@@ -174,7 +191,9 @@ impl Placement {
         let (ours, peer) = match self {
             Placement::Unpinned => (None, None),
             Placement::Pinned => {
-                let cpu = cpus.next().ok_or_else(|| io::Error::other("empty CPU mask"))?;
+                let cpu = cpus
+                    .next()
+                    .ok_or_else(|| io::Error::other("empty CPU mask"))?;
                 (Some(cpu), None)
             }
             Placement::Split => match (cpus.next(), cpus.next()) {
@@ -282,7 +301,12 @@ mod tests {
         if pid == 0 {
             // SAFETY: plain-integer descriptor calls (and, below, `readlink`
             // into a local buffer of the length passed).
-            let (ha, hb) = unsafe { (libc::fcntl(ra, libc::F_DUPFD, 100), libc::fcntl(rb, libc::F_DUPFD, 100)) };
+            let (ha, hb) = unsafe {
+                (
+                    libc::fcntl(ra, libc::F_DUPFD, 100),
+                    libc::fcntl(rb, libc::F_DUPFD, 100),
+                )
+            };
             // Put `a` on 4 and `b` on 3, then ask for a -> 3 and b -> 4.
             // SAFETY: as above.
             let dup_ok = unsafe { libc::dup2(ha, 4) == 4 && libc::dup2(hb, 3) == 3 };

@@ -51,7 +51,12 @@ pub struct Comparison {
 type Key = (String, String, String, String);
 
 fn key(r: &Record) -> Key {
-    (r.suite.clone(), r.case.clone(), r.subject.clone(), r.metric.clone())
+    (
+        r.suite.clone(),
+        r.case.clone(),
+        r.subject.clone(),
+        r.metric.clone(),
+    )
 }
 
 /// Compares `new` against `old`; `threshold` is a fraction (0.05 = 5%).
@@ -72,23 +77,38 @@ pub fn compare(old: &[Record], new: &[Record], threshold: f64) -> Comparison {
             Sense::HigherIsBetter if change > 0.0 => Verdict::Better,
             _ => Verdict::Worse,
         };
-        out.changes.push(Change { record: record.clone(), old: before.value, change, verdict });
+        out.changes.push(Change {
+            record: record.clone(),
+            old: before.value,
+            change,
+            verdict,
+        });
     }
     // What is left was not in the new run; keep the old run's order.
-    out.only_old = old.iter().filter(|r| olds.contains_key(&key(r))).cloned().collect();
+    out.only_old = old
+        .iter()
+        .filter(|r| olds.contains_key(&key(r)))
+        .cloned()
+        .collect();
     out
 }
 
 impl Comparison {
     /// How many figures got worse.
     pub fn regressions(&self) -> usize {
-        self.changes.iter().filter(|c| c.verdict == Verdict::Worse).count()
+        self.changes
+            .iter()
+            .filter(|c| c.verdict == Verdict::Worse)
+            .count()
     }
 
     /// The comparison as a text table plus a summary line.
     pub fn render(&self) -> String {
-        let mut lines =
-            vec![["suite", "case", "subject", "metric", "old", "new", "change", "verdict"].map(String::from).to_vec()];
+        let mut lines = vec![[
+            "suite", "case", "subject", "metric", "old", "new", "change", "verdict",
+        ]
+        .map(String::from)
+        .to_vec()];
         for c in &self.changes {
             let r = &c.record;
             lines.push(vec![
@@ -110,10 +130,18 @@ impl Comparison {
         }
         let mut out = aligned(&lines, 4);
         for r in &self.only_old {
-            let _ = writeln!(out, "only in old: {} {} {} {}", r.suite, r.case, r.subject, r.metric);
+            let _ = writeln!(
+                out,
+                "only in old: {} {} {} {}",
+                r.suite, r.case, r.subject, r.metric
+            );
         }
         for r in &self.only_new {
-            let _ = writeln!(out, "only in new: {} {} {} {}", r.suite, r.case, r.subject, r.metric);
+            let _ = writeln!(
+                out,
+                "only in new: {} {} {} {}",
+                r.suite, r.case, r.subject, r.metric
+            );
         }
         let count = |v| self.changes.iter().filter(|c| c.verdict == v).count();
         let _ = writeln!(
@@ -200,6 +228,9 @@ mod tests {
         assert!(lines[1].contains("2.50 µs"), "{text}");
         assert!(lines[1].contains("+25.0%"), "{text}");
         assert!(lines[1].ends_with("WORSE"), "{text}");
-        assert_eq!(lines[2], "1 figures: 0 better, 1 worse, 0 within the threshold, 0 without a sense");
+        assert_eq!(
+            lines[2],
+            "1 figures: 0 better, 1 worse, 0 within the threshold, 0 without a sense"
+        );
     }
 }

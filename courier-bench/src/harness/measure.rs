@@ -26,7 +26,11 @@ use std::time::{Duration, Instant};
 use rustix::time::{clock_gettime, ClockId};
 
 /// The unit of [`cycles`]: TSC reference cycles on x86_64, nanoseconds elsewhere.
-pub const CYCLES_UNIT: &str = if cfg!(target_arch = "x86_64") { "cycles" } else { "ns" };
+pub const CYCLES_UNIT: &str = if cfg!(target_arch = "x86_64") {
+    "cycles"
+} else {
+    "ns"
+};
 
 /// A cycle counter: `rdtsc` on x86_64, the monotonic clock in ns elsewhere.
 #[inline(always)]
@@ -96,7 +100,10 @@ impl Sampled {
 
     /// Bytes per second of wall time when every operation moves `bytes`.
     pub fn bytes_per_s(&self, bytes: u64) -> Vec<f64> {
-        self.wall_ns.iter().map(|ns| bytes as f64 * 1e9 / ns).collect()
+        self.wall_ns
+            .iter()
+            .map(|ns| bytes as f64 * 1e9 / ns)
+            .collect()
     }
 }
 
@@ -130,19 +137,29 @@ impl Sampler {
     /// many (at least one).
     pub fn new(samples: usize) -> Sampler {
         let samples = samples.max(1);
-        Sampler { samples, warmup: (samples / 10).max(1), ops: 1 }
+        Sampler {
+            samples,
+            warmup: (samples / 10).max(1),
+            ops: 1,
+        }
     }
 
     /// Untimed samples run first, to fault in memory, train predictors and
     /// let the frequency settle.
     pub fn warmup(self, samples: usize) -> Sampler {
-        Sampler { warmup: samples, ..self }
+        Sampler {
+            warmup: samples,
+            ..self
+        }
     }
 
     /// Operations the closure performs per sample (the figures are per
     /// operation).
     pub fn ops(self, ops: u64) -> Sampler {
-        Sampler { ops: ops.max(1), ..self }
+        Sampler {
+            ops: ops.max(1),
+            ..self
+        }
     }
 
     /// Times `f(ops)` once per sample. `f` performs `ops` operations.
@@ -199,7 +216,11 @@ pub struct Each {
 
 /// Runs `op` `warmup` times untimed, then `n` times timing each one with
 /// [`cycles`] (two counter reads, ~20 ns on x86_64, no system call).
-pub fn time_each<E>(warmup: usize, n: usize, mut op: impl FnMut() -> Result<(), E>) -> Result<Each, E> {
+pub fn time_each<E>(
+    warmup: usize,
+    n: usize,
+    mut op: impl FnMut() -> Result<(), E>,
+) -> Result<Each, E> {
     for _ in 0..warmup {
         op()?;
     }
@@ -276,7 +297,11 @@ mod tests {
 
     #[test]
     fn rates_invert_times() {
-        let s = Sampled { ops: 1, wall_ns: vec![1000.0, 250.0], ..Sampled::default() };
+        let s = Sampled {
+            ops: 1,
+            wall_ns: vec![1000.0, 250.0],
+            ..Sampled::default()
+        };
         assert_eq!(s.per_s(), vec![1e6, 4e6]);
         assert_eq!(s.bytes_per_s(64), vec![64e6, 256e6]);
     }

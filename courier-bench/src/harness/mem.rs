@@ -24,7 +24,12 @@ impl Mapping {
         // SAFETY: a null hint lets the kernel choose an address, so no
         // existing mapping is replaced.
         let ptr = unsafe {
-            mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
         }?;
         Ok(Mapping::owning(ptr, len))
     }
@@ -33,13 +38,24 @@ impl Mapping {
     /// process that maps it.
     pub fn shared(fd: impl AsFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: as above, the kernel chooses the address.
-        let ptr =
-            unsafe { mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0) }?;
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }?;
         Ok(Mapping::owning(ptr, len))
     }
 
     fn owning(ptr: *mut std::ffi::c_void, len: usize) -> Mapping {
-        Mapping { ptr: NonNull::new(ptr.cast()).expect("mmap returned null"), len }
+        Mapping {
+            ptr: NonNull::new(ptr.cast()).expect("mmap returned null"),
+            len,
+        }
     }
 
     /// The mapping's bytes.
@@ -71,7 +87,10 @@ impl Mapping {
     /// # Panics
     /// If `offset` is not 4-byte aligned or the word does not fit.
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset.is_multiple_of(4) && offset + 4 <= self.len, "bad atomic offset {offset}");
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= self.len,
+            "bad atomic offset {offset}"
+        );
         // SAFETY: in bounds and 4-byte aligned (checked; the start is page-
         // aligned), mapped while `self` is borrowed, any bits are a valid
         // `AtomicU32`, and no `&mut` slice can coexist (`as_mut_slice` takes `&mut self`).
@@ -116,7 +135,11 @@ mod tests {
         let mut b = Mapping::shared(&fd, 4096).unwrap();
         a.as_mut_slice()[100] = 42;
         assert_eq!(b.as_mut_slice()[100], 42);
-        a.atomic_u32(128).store(7, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(b.atomic_u32(128).load(std::sync::atomic::Ordering::Relaxed), 7);
+        a.atomic_u32(128)
+            .store(7, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            b.atomic_u32(128).load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
     }
 }

@@ -61,7 +61,12 @@ impl Case {
     /// A case named `name`.
     pub fn new(name: impl Into<String>) -> Case {
         let name = name.into();
-        Case { family: name.clone(), name, bytes: None, tasks: None }
+        Case {
+            family: name.clone(),
+            name,
+            bytes: None,
+            tasks: None,
+        }
     }
 
     /// A message-size case: named `<family>_<size>` (`rtt_socket_pinned_64b`,
@@ -69,13 +74,21 @@ impl Case {
     /// per family across its sizes.
     pub fn sized(family: impl Into<String>, bytes: u64) -> Case {
         let family = family.into();
-        Case { name: format!("{family}_{}", size_label(bytes)), family, bytes: Some(bytes), tasks: None }
+        Case {
+            name: format!("{family}_{}", size_label(bytes)),
+            family,
+            bytes: Some(bytes),
+            tasks: None,
+        }
     }
 
     /// Attaches `"tasks": n` (a task-count case; name it yourself, e.g.
     /// `ring_16`).
     pub fn tasks(self, n: u64) -> Case {
-        Case { tasks: Some(n), ..self }
+        Case {
+            tasks: Some(n),
+            ..self
+        }
     }
 
     /// The case's name.
@@ -118,8 +131,21 @@ pub struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// A context for `suite`; `matches` holds its own command-line options
     /// (none in a run of all suites).
-    pub fn new(suite: &str, options: Options, matches: Option<&'a clap::ArgMatches>, progress: ProgressBar) -> Ctx<'a> {
-        Ctx { report: Report { suite: suite.to_string(), ..Report::default() }, options, matches, progress }
+    pub fn new(
+        suite: &str,
+        options: Options,
+        matches: Option<&'a clap::ArgMatches>,
+        progress: ProgressBar,
+    ) -> Ctx<'a> {
+        Ctx {
+            report: Report {
+                suite: suite.to_string(),
+                ..Report::default()
+            },
+            options,
+            matches,
+            progress,
+        }
     }
 
     /// Whether this is a `--full` run.
@@ -162,7 +188,14 @@ impl<'a> Ctx<'a> {
 
     /// Records the median of `samples` (with their statistics) as `metric` of
     /// `subject` in `case`.
-    pub fn record(&mut self, case: &Case, subject: &str, metric: &str, unit: &str, samples: &[f64]) {
+    pub fn record(
+        &mut self,
+        case: &Case,
+        subject: &str,
+        metric: &str,
+        unit: &str,
+        samples: &[f64],
+    ) {
         let summary = Summary::of(samples);
         let value = summary.as_ref().map_or(f64::NAN, |s| s.median);
         self.push(case, subject, metric, unit, value, summary);
@@ -170,7 +203,14 @@ impl<'a> Ctx<'a> {
 
     /// Records one derived figure (a p99, a total) that has no spread of its
     /// own.
-    pub fn record_value(&mut self, case: &Case, subject: &str, metric: &str, unit: &str, value: f64) {
+    pub fn record_value(
+        &mut self,
+        case: &Case,
+        subject: &str,
+        metric: &str,
+        unit: &str,
+        value: f64,
+    ) {
         self.push(case, subject, metric, unit, value, None);
     }
 
@@ -178,14 +218,34 @@ impl<'a> Ctx<'a> {
     /// `<prefix>_p50_ns` (the median, with its spread), `<prefix>_p99_ns`, and
     /// `<prefix>_cpu_ns`, the measuring thread's CPU time per operation
     /// (close to the p50 when it spins, far below it when it blocks).
-    pub fn record_latencies(&mut self, case: &Case, subject: &str, prefix: &str, each: &measure::Each) {
+    pub fn record_latencies(
+        &mut self,
+        case: &Case,
+        subject: &str,
+        prefix: &str,
+        each: &measure::Each,
+    ) {
         self.record(case, subject, &format!("{prefix}_p50_ns"), "ns", &each.ns);
         let p99 = Summary::of(&each.ns).map_or(f64::NAN, |s| s.p99);
         self.record_value(case, subject, &format!("{prefix}_p99_ns"), "ns", p99);
-        self.record_value(case, subject, &format!("{prefix}_cpu_ns"), "ns", each.cpu_ns_per_op);
+        self.record_value(
+            case,
+            subject,
+            &format!("{prefix}_cpu_ns"),
+            "ns",
+            each.cpu_ns_per_op,
+        );
     }
 
-    fn push(&mut self, case: &Case, subject: &str, metric: &str, unit: &str, value: f64, summary: Option<Summary>) {
+    fn push(
+        &mut self,
+        case: &Case,
+        subject: &str,
+        metric: &str,
+        unit: &str,
+        value: f64,
+        summary: Option<Summary>,
+    ) {
         self.report.rows.push(Row {
             case: case.name.clone(),
             family: case.family.clone(),
@@ -247,21 +307,32 @@ mod tests {
         assert_eq!(report.rows[0].value, 2.0);
         assert_eq!(report.rows[0].bytes, Some(22));
         assert_eq!(report.rows[0].summary.as_ref().unwrap().n, 3);
-        assert_eq!((report.rows[1].value, report.rows[1].summary.clone()), (9.0, None));
+        assert_eq!(
+            (report.rows[1].value, report.rows[1].summary.clone()),
+            (9.0, None)
+        );
         assert_eq!(report.notes, vec!["n"]);
     }
 
     /// A suite's matches with `--count 42` (a `u64` option).
     fn count_42() -> clap::ArgMatches {
-        let cmd =
-            clap::Command::new("t").arg(clap::Arg::new("count").long("count").value_parser(clap::value_parser!(u64)));
+        let cmd = clap::Command::new("t").arg(
+            clap::Arg::new("count")
+                .long("count")
+                .value_parser(clap::value_parser!(u64)),
+        );
         cmd.try_get_matches_from(["t", "--count", "42"]).unwrap()
     }
 
     #[test]
     fn options_come_from_the_suites_matches() {
         let matches = count_42();
-        let ctx = Ctx::new("t", Options::default(), Some(&matches), ProgressBar::hidden());
+        let ctx = Ctx::new(
+            "t",
+            Options::default(),
+            Some(&matches),
+            ProgressBar::hidden(),
+        );
         assert_eq!(ctx.opt::<u64>("count"), Some(42));
         assert_eq!(ctx.opt::<u64>("size"), None);
     }
@@ -270,7 +341,12 @@ mod tests {
     #[should_panic(expected = "option `count` of suite `t`")]
     fn an_option_read_as_the_wrong_type_is_a_bug() {
         let matches = count_42();
-        let ctx = Ctx::new("t", Options::default(), Some(&matches), ProgressBar::hidden());
+        let ctx = Ctx::new(
+            "t",
+            Options::default(),
+            Some(&matches),
+            ProgressBar::hidden(),
+        );
         let _ = ctx.opt::<usize>("count");
     }
 
@@ -278,11 +354,21 @@ mod tests {
     fn latencies_become_three_figures() {
         let mut ctx = Ctx::new("t", Options::default(), None, ProgressBar::hidden());
         let ns: Vec<f64> = (1..=101).map(f64::from).collect();
-        let each = measure::Each { ns, cpu_ns_per_op: 4.5 };
+        let each = measure::Each {
+            ns,
+            cpu_ns_per_op: 4.5,
+        };
         ctx.record_latencies(&Case::new("rtt_x_pinned"), "floor", "rtt", &each);
         let rows = ctx.into_report().rows;
         let figures: Vec<(&str, f64)> = rows.iter().map(|r| (r.metric.as_str(), r.value)).collect();
-        assert_eq!(figures, vec![("rtt_p50_ns", 51.0), ("rtt_p99_ns", 100.0), ("rtt_cpu_ns", 4.5)]);
+        assert_eq!(
+            figures,
+            vec![
+                ("rtt_p50_ns", 51.0),
+                ("rtt_p99_ns", 100.0),
+                ("rtt_cpu_ns", 4.5)
+            ]
+        );
         assert!(rows[0].summary.is_some() && rows[1].summary.is_none());
     }
 
@@ -291,10 +377,16 @@ mod tests {
         let quick = Ctx::new("t", Options::default(), None, ProgressBar::hidden());
         assert_eq!((quick.pick(1, 2), quick.samples(10, 20)), (1, 10));
         assert_eq!(quick.opt::<u64>("count"), None);
-        let full = Options { full: true, samples: None };
+        let full = Options {
+            full: true,
+            samples: None,
+        };
         let full = Ctx::new("t", full, None, ProgressBar::hidden());
         assert_eq!((full.pick(1, 2), full.samples(10, 20)), (2, 20));
-        let forced = Options { full: false, samples: Some(7) };
+        let forced = Options {
+            full: false,
+            samples: Some(7),
+        };
         let forced = Ctx::new("t", forced, None, ProgressBar::hidden());
         assert_eq!(forced.samples(10, 20), 7);
     }

@@ -46,8 +46,11 @@ fn sweep_metric(report: &Report) -> Option<String> {
 
 /// One line per (family, subject) of `metric`, points in size order.
 fn lines<'r>(report: &'r Report, metric: &str) -> Vec<(String, Vec<(f64, f64)>)> {
-    let rows: Vec<&'r Row> =
-        report.rows.iter().filter(|r| r.metric == metric && r.bytes.is_some() && r.value > 0.0).collect();
+    let rows: Vec<&'r Row> = report
+        .rows
+        .iter()
+        .filter(|r| r.metric == metric && r.bytes.is_some() && r.value > 0.0)
+        .collect();
     let families: BTreeSet<&str> = rows.iter().map(|r| r.family.as_str()).collect();
     let mut keys: Vec<(&str, &str)> = Vec::new();
     for r in &rows {
@@ -64,7 +67,11 @@ fn lines<'r>(report: &'r Report, metric: &str) -> Vec<(String, Vec<(f64, f64)>)>
                 .map(|r| (r.bytes.unwrap_or(0) as f64, r.value))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let label = if families.len() > 1 { format!("{family} · {subject}") } else { subject.to_string() };
+            let label = if families.len() > 1 {
+                format!("{family} · {subject}")
+            } else {
+                subject.to_string()
+            };
             (label, points)
         })
         .collect()
@@ -83,9 +90,16 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
     let lines = lines(report, metric);
     let (x0, x1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.0)));
     let (y0, y1) = bounds(lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)));
-    let unit = report.rows.iter().find(|r| r.metric == metric).map_or("", |r| r.unit.as_str());
+    let unit = report
+        .rows
+        .iter()
+        .find(|r| r.metric == metric)
+        .map_or("", |r| r.unit.as_str());
     // Ticks on the powers of two the sizes are, at most about a dozen.
-    let mut ticks: Vec<f64> = (0..63).map(|k| (1u64 << k) as f64).filter(|&t| t >= x0 && t <= x1).collect();
+    let mut ticks: Vec<f64> = (0..63)
+        .map(|k| (1u64 << k) as f64)
+        .filter(|&t| t >= x0 && t <= x1)
+        .collect();
     let stride = ticks.len().div_ceil(12).max(1);
     ticks = ticks.into_iter().step_by(stride).collect();
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
@@ -95,7 +109,10 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(80)
-        .build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), (y0..y1).log_scale())?;
+        .build_cartesian_2d(
+            (x0..x1).log_scale().with_key_points(ticks),
+            (y0..y1).log_scale(),
+        )?;
     chart
         .configure_mesh()
         .x_desc("message size")
@@ -106,10 +123,20 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
     for (i, (label, points)) in lines.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(PointSeries::of_element(points, 3, color.filled(), &|c, s, st| Circle::new(c, s, st)))?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(PointSeries::of_element(
+            points,
+            3,
+            color.filled(),
+            &|c, s, st| Circle::new(c, s, st),
+        ))?;
     }
     chart
         .configure_series_labels()
@@ -123,16 +150,26 @@ fn draw_sweep(report: &Report, metric: &str, path: &Path) -> Result<()> {
 
 fn draw_bars(report: &Report, path: &Path) -> Result<()> {
     // Times only (`_ns`): one axis, one unit.
-    let rows: Vec<&Row> = report.rows.iter().filter(|r| r.metric.ends_with("_ns") && r.value > 0.0).collect();
+    let rows: Vec<&Row> = report
+        .rows
+        .iter()
+        .filter(|r| r.metric.ends_with("_ns") && r.value > 0.0)
+        .collect();
     let n = rows.len().max(1);
     let (x0, x1) = bounds(rows.iter().map(|r| r.value));
-    let labels: Vec<String> = rows.iter().map(|r| format!("{} · {} · {}", r.case, r.subject, r.metric)).collect();
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} · {} · {}", r.case, r.subject, r.metric))
+        .collect();
     let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32 * 7 + 24;
     let height = (140 + 26 * n as u32).max(240);
     let root = SVGBackend::new(path, (SIZE.0 + label_width, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{} (median; lower is better)", report.suite), ("sans-serif", 22))
+        .caption(
+            format!("{} (median; lower is better)", report.suite),
+            ("sans-serif", 22),
+        )
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(label_width)
@@ -150,7 +187,10 @@ fn draw_bars(report: &Report, path: &Path) -> Result<()> {
     for (i, (r, label)) in rows.iter().zip(&labels).enumerate() {
         let y = (n - 1 - i) as f64;
         let color = Palette99::pick(i % 8).to_rgba();
-        chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (r.value, y + 0.35)], color.filled())))?;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(x0, y - 0.35), (r.value, y + 0.35)],
+            color.filled(),
+        )))?;
         let (px, py) = chart.backend_coord(&(x0, y));
         root.draw(&Text::new(label.clone(), (px - 8, py), style.clone()))?;
     }
@@ -197,8 +237,14 @@ mod tests {
         assert_eq!(
             l,
             vec![
-                ("memcpy_warm · floor".to_string(), vec![(65536.0, 2.0), (1048576.0, 30.0)]),
-                ("memcpy_fresh · floor".to_string(), vec![(65536.0, 9.0), (1048576.0, 90.0)]),
+                (
+                    "memcpy_warm · floor".to_string(),
+                    vec![(65536.0, 2.0), (1048576.0, 30.0)]
+                ),
+                (
+                    "memcpy_fresh · floor".to_string(),
+                    vec![(65536.0, 9.0), (1048576.0, 90.0)]
+                ),
             ]
         );
         let dir = std::env::temp_dir().join(format!("courier-bench-plot-{}", std::process::id()));
@@ -208,7 +254,13 @@ mod tests {
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg"));
         assert!(text.contains("memcpy_fresh · floor"));
-        let bars = Report { rows: vec![row("rtt", "floor", None, 5.0), row("send", "floor", Some(22), 9.0)], ..report };
+        let bars = Report {
+            rows: vec![
+                row("rtt", "floor", None, 5.0),
+                row("send", "floor", Some(22), 9.0),
+            ],
+            ..report
+        };
         assert_eq!(sweep_metric(&bars), None);
         let svg = dir.join("bars.svg");
         draw(&bars, &svg).unwrap();

@@ -176,19 +176,37 @@ impl Report {
                 .iter()
                 .filter(same)
                 .find(|r| r.subject == RAWEST)
-                .or_else(|| self.rows.iter().filter(same).find(|r| r.subject == REFERENCE));
-            return reference.and_then(|r| sense.advantage(row.value, r.value)).map_or(Ratio::None, Ratio::FromFloor);
+                .or_else(|| {
+                    self.rows
+                        .iter()
+                        .filter(same)
+                        .find(|r| r.subject == REFERENCE)
+                });
+            return reference
+                .and_then(|r| sense.advantage(row.value, r.value))
+                .map_or(Ratio::None, Ratio::FromFloor);
         }
         // `ipc-channel-bytes` tries `courier-channel-bytes`, then `courier-bytes`.
-        let variants = row.subject.match_indices('-').map(|(i, _)| format!("courier{}", &row.subject[i..]));
+        let variants = row
+            .subject
+            .match_indices('-')
+            .map(|(i, _)| format!("courier{}", &row.subject[i..]));
         let reference = variants
             .filter_map(|v| self.rows.iter().filter(same).find(|r| r.subject == v))
             .next()
-            .or_else(|| self.rows.iter().filter(same).find(|r| r.subject == REFERENCE));
+            .or_else(|| {
+                self.rows
+                    .iter()
+                    .filter(same)
+                    .find(|r| r.subject == REFERENCE)
+            });
         let Some(reference) = reference else {
             return Ratio::None;
         };
-        sense.advantage(reference.value, row.value).map(Ratio::Ahead).unwrap_or(Ratio::None)
+        sense
+            .advantage(reference.value, row.value)
+            .map(Ratio::Ahead)
+            .unwrap_or(Ratio::None)
     }
 }
 
@@ -286,7 +304,9 @@ fn cells(report: &Report, style: Style) -> (Vec<&'static str>, Vec<Vec<String>>)
                 row.subject.clone(),
                 row.metric.clone(),
                 human(row.value, &row.unit),
-                row.summary.as_ref().map_or("-".into(), |s| format!("{:.1}%", s.spread() * 100.0)),
+                row.summary
+                    .as_ref()
+                    .map_or("-".into(), |s| format!("{:.1}%", s.spread() * 100.0)),
                 report.ratio(row).to_string(),
             ];
             if style.stats {
@@ -361,7 +381,10 @@ pub fn markdown(report: &Report, style: Style) -> String {
         s
     };
     out += &row(&mut header.iter().map(|h| h.to_string()));
-    out += &row(&mut header.iter().enumerate().map(|(i, _)| if i < 3 { "---" } else { "---:" }.to_string()));
+    out += &row(&mut header
+        .iter()
+        .enumerate()
+        .map(|(i, _)| if i < 3 { "---" } else { "---:" }.to_string()));
     for line in lines {
         out += &row(&mut line.into_iter());
     }
@@ -418,7 +441,13 @@ mod tests {
                 row("send_22b", "ipc-channel", "send_ns", "ns", 3000.0),
                 row("send_22b", "floor", "send_ns", "ns", 1600.0),
                 row("send_22b", "courier", "sends_per_s", "sends/s", 500_000.0),
-                row("send_22b", "ipc-channel", "sends_per_s", "sends/s", 250_000.0),
+                row(
+                    "send_22b",
+                    "ipc-channel",
+                    "sends_per_s",
+                    "sends/s",
+                    250_000.0,
+                ),
                 row("send_22b", "floor", "sends_per_s", "sends/s", 625_000.0),
                 row("other", "flume", "send_ns", "ns", 10.0),
             ],
@@ -536,11 +565,20 @@ mod tests {
         let md = markdown(&report(), Style::default());
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(lines[0], "### send");
-        assert_eq!(lines[2], "| case | subject | metric | median | spread | ratio |");
+        assert_eq!(
+            lines[2],
+            "| case | subject | metric | median | spread | ratio |"
+        );
         assert_eq!(lines[3], "| --- | --- | --- | ---: | ---: | ---: |");
-        assert_eq!(lines[5], "| send_22b | ipc-channel | send_ns | 3.00 µs | 10.0% | 1.50x |");
+        assert_eq!(
+            lines[5],
+            "| send_22b | ipc-channel | send_ns | 3.00 µs | 10.0% | 1.50x |"
+        );
         // Seven rows, each with six cells.
-        let rows: Vec<&&str> = lines[4..].iter().take_while(|l| l.starts_with('|')).collect();
+        let rows: Vec<&&str> = lines[4..]
+            .iter()
+            .take_while(|l| l.starts_with('|'))
+            .collect();
         assert_eq!(rows.len(), 7);
         assert!(rows.iter().all(|l| l.matches(" |").count() == 6));
         assert!(md.contains("count 1000  \n"));
@@ -549,9 +587,15 @@ mod tests {
     #[test]
     fn markdown_stats_columns() {
         let md = markdown(&report(), Style { stats: true });
-        let line = md.lines().find(|l| l.contains("| floor | send_ns")).unwrap();
+        let line = md
+            .lines()
+            .find(|l| l.contains("| floor | send_ns"))
+            .unwrap();
         // 1440, 1600, 1760 ns: n, total, lowest, highest, mean, then the stddev.
-        assert!(line.ends_with("| 3 | 4.80 µs | 1.44 µs | 1.76 µs | 1.60 µs | 160 ns |"), "{line}");
+        assert!(
+            line.ends_with("| 3 | 4.80 µs | 1.44 µs | 1.76 µs | 1.60 µs | 160 ns |"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -313,7 +313,10 @@ fn run_threads(
 /// Runs each job on its own thread, released together; the span from the earliest start to the
 /// latest end, or `None` if they have not all finished after [`stuck_after`]`(messages)` (then
 /// they are left).
-pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(messages: usize, jobs: Vec<F>) -> Option<Duration> {
+pub(crate) fn time_threads<F: FnOnce() + Send + 'static>(
+    messages: usize,
+    jobs: Vec<F>,
+) -> Option<Duration> {
     let limit = stuck_after(messages);
     let n = jobs.len();
     let barrier = std::sync::Arc::new(Barrier::new(n));
@@ -411,7 +414,12 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
     }
     let mut rx_sets = vec![rxs];
     for _ in 1..THREADS {
-        rx_sets.push(rx_sets[0].iter().map(P::clone_rx).collect::<Option<Vec<_>>>()?);
+        rx_sets.push(
+            rx_sets[0]
+                .iter()
+                .map(P::clone_rx)
+                .collect::<Option<Vec<_>>>()?,
+        );
     }
     let send_jobs = (0..THREADS)
         .map(|_| {
@@ -458,7 +466,10 @@ pub(crate) fn measure(
         // The subject cannot express this case, or got stuck (see `run_threads`).
         let limit = stuck_after((messages / WARM_UP_DIVISOR).max(THREADS));
         if warm_up.elapsed() >= limit {
-            ctx.note(format!("{} · {subject}: did not finish in {limit:?}", case.name()));
+            ctx.note(format!(
+                "{} · {subject}: did not finish in {limit:?}",
+                case.name()
+            ));
         }
         return;
     }
@@ -468,7 +479,10 @@ pub(crate) fn measure(
             Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
             None => {
                 let limit = stuck_after(messages);
-                ctx.note(format!("{} · {subject}: a sample did not finish in {limit:?}", case.name()));
+                ctx.note(format!(
+                    "{} · {subject}: a sample did not finish in {limit:?}",
+                    case.name()
+                ));
                 return;
             }
         }
@@ -485,13 +499,45 @@ fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
     // Counts divisible by T, so every thread moves the same number of messages.
     let n = n / t * t;
     if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
-        measure(ctx, &case("seq"), P::NAME, samples, n, |m| Some(seq::<P>(kind, m)));
+        measure(ctx, &case("seq"), P::NAME, samples, n, |m| {
+            Some(seq::<P>(kind, m))
+        });
     }
-    measure(ctx, &case("spsc"), P::NAME, samples, n, |m| xpxc::<P>(kind, m, 1, 1));
-    measure(ctx, &case("mpsc").tasks(t as u64), P::NAME, samples, n, |m| xpxc::<P>(kind, m, t, 1));
-    measure(ctx, &case("mpmc").tasks(2 * t as u64), P::NAME, samples, n, |m| xpxc::<P>(kind, m, t, t));
-    measure(ctx, &case("select_rx").tasks(t as u64 + 1), P::NAME, samples, n, |m| select_rx::<P>(kind, m));
-    measure(ctx, &case("select_both").tasks(2 * t as u64), P::NAME, samples, n, |m| select_both::<P>(kind, m));
+    measure(ctx, &case("spsc"), P::NAME, samples, n, |m| {
+        xpxc::<P>(kind, m, 1, 1)
+    });
+    measure(
+        ctx,
+        &case("mpsc").tasks(t as u64),
+        P::NAME,
+        samples,
+        n,
+        |m| xpxc::<P>(kind, m, t, 1),
+    );
+    measure(
+        ctx,
+        &case("mpmc").tasks(2 * t as u64),
+        P::NAME,
+        samples,
+        n,
+        |m| xpxc::<P>(kind, m, t, t),
+    );
+    measure(
+        ctx,
+        &case("select_rx").tasks(t as u64 + 1),
+        P::NAME,
+        samples,
+        n,
+        |m| select_rx::<P>(kind, m),
+    );
+    measure(
+        ctx,
+        &case("select_both").tasks(2 * t as u64),
+        P::NAME,
+        samples,
+        n,
+        |m| select_both::<P>(kind, m),
+    );
 }
 
 /// Messages per sample: quick, and `--full` (the million).
@@ -503,11 +549,18 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     // --full: one sample of a million, as the seed's benchmark runs (the slowest peers take
     // over 30 s per million when every message wakes a sleeping thread).
     let samples = ctx.samples(3, 1);
-    for kind in [Kind::Bounded0, Kind::Bounded1, Kind::BoundedN(n), Kind::Unbounded] {
+    for kind in [
+        Kind::Bounded0,
+        Kind::Bounded1,
+        Kind::BoundedN(n),
+        Kind::Unbounded,
+    ] {
         cases_for::<Courier>(ctx, kind, n, samples);
         if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
             let case = Case::new(format!("seq_{}", kind.label()));
-            measure(ctx, &case, "courier-local", samples, n, |m| Some(seq_local(kind, m)));
+            measure(ctx, &case, "courier-local", samples, n, |m| {
+                Some(seq_local(kind, m))
+            });
         }
         cases_for::<Crossbeam>(ctx, kind, n, samples);
         cases_for::<Flume>(ctx, kind, n, samples);
@@ -531,7 +584,12 @@ mod tests {
     #[test]
     fn every_scenario_completes() {
         let n = 400;
-        for kind in [Kind::Bounded0, Kind::Bounded1, Kind::BoundedN(n), Kind::Unbounded] {
+        for kind in [
+            Kind::Bounded0,
+            Kind::Bounded1,
+            Kind::BoundedN(n),
+            Kind::Unbounded,
+        ] {
             assert!(xpxc::<Courier>(kind, n, 1, 1).is_some());
             assert!(xpxc::<Courier>(kind, n, THREADS, 1).is_some());
             assert!(xpxc::<Courier>(kind, n, THREADS, THREADS).is_some());

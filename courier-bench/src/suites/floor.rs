@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
-use rustix::net::{recv, send, socketpair, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    recv, send, socketpair, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType,
+};
 use rustix::thread::futex;
 
 use crate::harness::child::{inherited_fd, Peer, Placement};
@@ -59,7 +61,10 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let spin_n = ctx.samples(50_000, 1_000_000);
     let warmup = (n / 10).max(100);
     for placement in placements() {
-        let case = Case::sized(format!("rtt_socket_{}", placement.label()), RTT_BYTES as u64);
+        let case = Case::sized(
+            format!("rtt_socket_{}", placement.label()),
+            RTT_BYTES as u64,
+        );
         ctx.status(case.name());
         let each = socket_rtt(placement, RTT_BYTES, warmup, n)?;
         ctx.record_latencies(&case, FLOOR, "rtt", &each);
@@ -92,7 +97,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
 /// [`PLACEMENTS`], without `split` on a single-CPU machine.
 fn placements() -> impl Iterator<Item = Placement> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    PLACEMENTS.into_iter().filter(move |&p| p != Placement::Split || cpus >= 2)
+    PLACEMENTS
+        .into_iter()
+        .filter(move |&p| p != Placement::Split || cpus >= 2)
 }
 
 /// memcpy bandwidth into warm and into freshly mapped memory.
@@ -130,8 +137,8 @@ fn memcpy(ctx: &mut Ctx<'_>) -> Result<()> {
         )?;
         record_copy(ctx, &case, size, &s);
     }
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_else(|_| "unknown".into());
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .unwrap_or_else(|_| "unknown".into());
     ctx.note(format!(
         "memcpy: copy_from_slice (the platform memcpy); fresh = new anonymous mapping per sample, \
          page faults included, munmap excluded; transparent huge pages: {}",
@@ -168,7 +175,12 @@ pub fn sendrecv(sampler: &Sampler, size: usize) -> Result<Sampled> {
 }
 
 fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?)
+    Ok(socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
 }
 
 // ===== socket round trip =====
@@ -265,14 +277,21 @@ impl Wait {
     fn role(self) -> (&'static str, Vec<String>) {
         match self {
             Wait::Futex => ("floor-echo-futex", vec![]),
-            Wait::Spin { polls_per_yield } => ("floor-echo-spin", vec![polls_per_yield.to_string()]),
+            Wait::Spin { polls_per_yield } => {
+                ("floor-echo-spin", vec![polls_per_yield.to_string()])
+            }
         }
     }
 
     /// Waits until `word` is no longer `old`; returns the new value.
     /// `alive` is asked now and then (after a futex timeout, every 4096
     /// yields) so a dead peer cannot hang the waiter.
-    fn until_changed(self, word: &AtomicU32, old: u32, mut alive: impl FnMut() -> bool) -> io::Result<u32> {
+    fn until_changed(
+        self,
+        word: &AtomicU32,
+        old: u32,
+        mut alive: impl FnMut() -> bool,
+    ) -> io::Result<u32> {
         let dead = || io::Error::other("peer process died");
         let mut polls = 0u32;
         let mut yields = 0u32;
@@ -283,7 +302,10 @@ impl Wait {
             }
             match self {
                 Wait::Futex => {
-                    let second = rustix::time::Timespec { tv_sec: 1, tv_nsec: 0 };
+                    let second = rustix::time::Timespec {
+                        tv_sec: 1,
+                        tv_nsec: 0,
+                    };
                     match futex::wait(word, futex::Flags::empty(), old, Some(&second)) {
                         Ok(()) | Err(Errno::AGAIN) | Err(Errno::INTR) => {}
                         Err(Errno::TIMEDOUT) if alive() => {}
@@ -363,7 +385,9 @@ pub fn echo_futex(_args: &[String]) -> Result<()> {
 
 /// Child: echo PING into PONG, polling. Args: polls per yield.
 pub fn echo_spin(args: &[String]) -> Result<()> {
-    echo_shm(Wait::Spin { polls_per_yield: arg(args, 0)? })
+    echo_shm(Wait::Spin {
+        polls_per_yield: arg(args, 0)?,
+    })
 }
 
 /// Parses the `i`-th role argument.
@@ -391,7 +415,9 @@ mod tests {
     fn a_dead_peer_ends_a_spin_wait() {
         let map = Mapping::anonymous(SHM_LEN).unwrap();
         let word = map.atomic_u32(PING);
-        let err = Wait::Spin { polls_per_yield: 0 }.until_changed(word, 0, || false).unwrap_err();
+        let err = Wait::Spin { polls_per_yield: 0 }
+            .until_changed(word, 0, || false)
+            .unwrap_err();
         assert_eq!(err.to_string(), "peer process died");
     }
 

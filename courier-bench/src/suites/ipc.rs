@@ -51,13 +51,21 @@ fn sizes(full: bool) -> Vec<usize> {
         (0..24).map(|i| 1 << i).collect()
     } else {
         // Every other size of the seed's table, and its largest.
-        (0..24).step_by(2).map(|i| 1 << i).chain([8 << 20]).collect()
+        (0..24)
+            .step_by(2)
+            .map(|i| 1 << i)
+            .chain([8 << 20])
+            .collect()
     }
 }
 
 fn sampler(size: usize, samples: usize) -> Sampler {
     let ops = (BYTES_PER_SAMPLE / size).clamp(1, 2000) as u64;
-    let samples = if size >= 1 << 20 { samples.min(20) } else { samples };
+    let samples = if size >= 1 << 20 {
+        samples.min(20)
+    } else {
+        samples
+    };
     Sampler::new(samples).warmup(3).ops(ops)
 }
 
@@ -177,11 +185,22 @@ fn ipc_channel_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
 fn floor(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
     use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
     let max_packet = net::sockopt::socket_send_buffer_size(
-        &net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?.0,
+        &net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?
+        .0,
     )? - 32;
     let mut out = vec![MaybeUninit::<u8>::uninit(); data.len()];
     if data.len() <= max_packet {
-        let (a, b) = net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        let (a, b) = net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
         return Ok(sampler.run(|ops| {
             for _ in 0..ops {
                 net::send(&a, data, SendFlags::NOSIGNAL)?;

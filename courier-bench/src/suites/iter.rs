@@ -103,7 +103,9 @@ impl Dest {
         for i in 0..bufsize / CHUNK {
             room[ORDER[i % ORDER.len()] as usize] += CHUNK;
         }
-        let chunks = (0..room[2].div_ceil(PAGE)).map(|i| initialised(PAGE.min(room[2] - i * PAGE))).collect();
+        let chunks = (0..room[2].div_ceil(PAGE))
+            .map(|i| initialised(PAGE.min(room[2] - i * PAGE)))
+            .collect();
         Dest {
             ubuf: initialised(room[0]),
             slices: initialised(room[1]),
@@ -132,7 +134,11 @@ impl Dest {
 /// One pass through the `IoIterMut` enum: `COPY` copies each chunk, otherwise
 /// the cursor only moves over it. Returns the bytes that went through.
 #[inline(never)]
-pub fn pass_enum<const COPY: bool>(its: &mut [IoIterMut<'_>; KINDS], src: &[u8], order: &[u8; 2 * KINDS]) -> usize {
+pub fn pass_enum<const COPY: bool>(
+    its: &mut [IoIterMut<'_>; KINDS],
+    src: &[u8],
+    order: &[u8; 2 * KINDS],
+) -> usize {
     let mut moved = 0;
     let mut turn = 0;
     for chunk in src.chunks_exact(CHUNK) {
@@ -202,7 +208,11 @@ impl Dst for Discard {
 
 /// One pass through trait objects.
 #[inline(never)]
-pub fn pass_dyn<const COPY: bool>(dsts: &mut [&mut dyn Dst; KINDS], src: &[u8], order: &[u8; 2 * KINDS]) -> usize {
+pub fn pass_dyn<const COPY: bool>(
+    dsts: &mut [&mut dyn Dst; KINDS],
+    src: &[u8],
+    order: &[u8; 2 * KINDS],
+) -> usize {
     let mut moved = 0;
     let mut turn = 0;
     for chunk in src.chunks_exact(CHUNK) {
@@ -258,7 +268,12 @@ pub static SKIP_OPS: [Op; KINDS] = [
 
 /// One pass through a function-pointer table.
 #[inline(never)]
-pub fn pass_fnptr(kinds: &mut Kinds<'_>, ops: &[Op; KINDS], src: &[u8], order: &[u8; 2 * KINDS]) -> usize {
+pub fn pass_fnptr(
+    kinds: &mut Kinds<'_>,
+    ops: &[Op; KINDS],
+    src: &[u8],
+    order: &[u8; 2 * KINDS],
+) -> usize {
     let mut moved = 0;
     let mut turn = 0;
     for chunk in src.chunks_exact(CHUNK) {
@@ -281,16 +296,28 @@ pub fn time_pass(strategy: usize, copy: bool, dest: &mut Dest, src: &[u8]) -> u6
         0 => {
             let mut its = as_enum(k);
             let t0 = thread_cpu_ns();
-            let moved =
-                if copy { pass_enum::<true>(&mut its, src, order) } else { pass_enum::<false>(&mut its, src, order) };
+            let moved = if copy {
+                pass_enum::<true>(&mut its, src, order)
+            } else {
+                pass_enum::<false>(&mut its, src, order)
+            };
             (thread_cpu_ns() - t0, moved)
         }
         1 => {
-            let mut dsts: [&mut dyn Dst; KINDS] =
-                [&mut k.ubuf, &mut k.slices, &mut k.chunks, &mut k.mapping, &mut k.discard];
+            let mut dsts: [&mut dyn Dst; KINDS] = [
+                &mut k.ubuf,
+                &mut k.slices,
+                &mut k.chunks,
+                &mut k.mapping,
+                &mut k.discard,
+            ];
             let dsts = black_box(&mut dsts);
             let t0 = thread_cpu_ns();
-            let moved = if copy { pass_dyn::<true>(dsts, src, order) } else { pass_dyn::<false>(dsts, src, order) };
+            let moved = if copy {
+                pass_dyn::<true>(dsts, src, order)
+            } else {
+                pass_dyn::<false>(dsts, src, order)
+            };
             (thread_cpu_ns() - t0, moved)
         }
         _ => {
@@ -386,7 +413,11 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let samples = ctx.samples(200, 8000);
     for bufsize in DISPATCH_SIZES {
         for copy in [true, false] {
-            let family = if copy { "dispatch_copy" } else { "dispatch_nocopy" };
+            let family = if copy {
+                "dispatch_copy"
+            } else {
+                "dispatch_nocopy"
+            };
             let case = Case::sized(family, bufsize as u64);
             ctx.status(format!("{} · {}", case.name(), STRATEGIES.join(", ")));
             let figures = dispatch(bufsize, copy, samples);
@@ -437,7 +468,12 @@ mod tests {
             let mut dest = Dest::new(bufsize);
             time_pass(s, true, &mut dest, &src);
             let chunks: Vec<u8> = dest.chunks.iter().flat_map(|c| read(c)).collect();
-            images.push([read(&dest.ubuf), read(&dest.slices), chunks, read(&dest.mapping)]);
+            images.push([
+                read(&dest.ubuf),
+                read(&dest.slices),
+                chunks,
+                read(&dest.mapping),
+            ]);
             // The no-copy pass moves every byte too (asserted inside).
             time_pass(s, false, &mut Dest::new(bufsize), &src);
         }

@@ -164,12 +164,30 @@ pub static SUITES: &[Suite] = &[
 
 /// Every child role.
 pub static ROLES: &[Role] = &[
-    Role { name: "ipc-echo-courier", run: ipc::echo_courier },
-    Role { name: "ipc-echo-ipc-channel", run: ipc::echo_ipc_channel },
-    Role { name: "floor-echo-socket", run: floor::echo_socket },
-    Role { name: "floor-echo-eventfd", run: floor::echo_eventfd },
-    Role { name: "floor-echo-futex", run: floor::echo_futex },
-    Role { name: "floor-echo-spin", run: floor::echo_spin },
+    Role {
+        name: "ipc-echo-courier",
+        run: ipc::echo_courier,
+    },
+    Role {
+        name: "ipc-echo-ipc-channel",
+        run: ipc::echo_ipc_channel,
+    },
+    Role {
+        name: "floor-echo-socket",
+        run: floor::echo_socket,
+    },
+    Role {
+        name: "floor-echo-eventfd",
+        run: floor::echo_eventfd,
+    },
+    Role {
+        name: "floor-echo-futex",
+        run: floor::echo_futex,
+    },
+    Role {
+        name: "floor-echo-spin",
+        run: floor::echo_spin,
+    },
 ];
 
 /// The suite called `name`.

@@ -59,7 +59,10 @@ pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
     let start = Instant::now();
     for j in 0..per_task as u64 {
         for i in 0..n {
-            chans[(i + 1) % n].0.try_send(j).unwrap_or_else(|_| unreachable!());
+            chans[(i + 1) % n]
+                .0
+                .try_send(j)
+                .unwrap_or_else(|_| unreachable!());
         }
         for (_, rx) in &chans {
             std::hint::black_box(rx.try_recv().unwrap());
@@ -70,7 +73,9 @@ pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
 
 fn ring_case<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, total: usize, samples: usize) {
     let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
-    measure(ctx, &case, P::NAME, samples, total / n * n, |m| thread_ring::<P>(kind, n, m / n));
+    measure(ctx, &case, P::NAME, samples, total / n * n, |m| {
+        thread_ring::<P>(kind, n, m / n)
+    });
 }
 
 /// Messages per sample: quick, and `--full` (seed 003's million).
@@ -87,7 +92,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
             ring_case::<Courier>(ctx, kind, n, total, samples);
             if kind != Kind::Bounded0 {
                 let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
-                measure(ctx, &case, "courier-local", samples, total / n * n, |m| Some(local_ring(kind, n, m / n)));
+                measure(ctx, &case, "courier-local", samples, total / n * n, |m| {
+                    Some(local_ring(kind, n, m / n))
+                });
             }
             ring_case::<Crossbeam>(ctx, kind, n, total, samples);
             ring_case::<Flume>(ctx, kind, n, total, samples);
@@ -98,7 +105,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         "{total} messages per sample, {samples} sample(s) after a warm-up; N tasks = N threads; \
          buffered rings circulate N messages at once (send, then receive), the bounded0 ring one"
     ));
-    ctx.note("courier-local: the same ring on chan::local channels inside one thread (a state machine)");
+    ctx.note(
+        "courier-local: the same ring on chan::local channels inside one thread (a state machine)",
+    );
     Ok(())
 }
 

@@ -68,7 +68,8 @@ fn courier_chan(sampler: &Sampler, size: usize) -> Result<Sampled> {
     let mut payload = vec![0x5a; size];
     sampler.run(|ops| {
         for _ in 0..ops {
-            tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
+            tx.send(std::mem::take(&mut payload))
+                .map_err(|_| "receiver gone")?;
             payload = std::hint::black_box(rx.recv()?);
         }
         Ok::<_, crate::harness::Error>(())
@@ -81,7 +82,8 @@ fn courier_local(sampler: &Sampler, size: usize) -> Result<Sampled> {
     let mut payload = vec![0x5a; size];
     sampler.run(|ops| {
         for _ in 0..ops {
-            tx.send(std::mem::take(&mut payload)).map_err(|_| "receiver gone")?;
+            tx.send(std::mem::take(&mut payload))
+                .map_err(|_| "receiver gone")?;
             payload = std::hint::black_box(rx.recv()?);
         }
         Ok::<_, crate::harness::Error>(())
@@ -120,7 +122,9 @@ pub fn args() -> Vec<Arg> {
 
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
-    let count = ctx.opt::<u64>("count").unwrap_or(ctx.pick(100_000, 1_000_000));
+    let count = ctx
+        .opt::<u64>("count")
+        .unwrap_or(ctx.pick(100_000, 1_000_000));
     let size = ctx.opt::<u64>("size").unwrap_or(22);
     let per_sample = OPS_PER_SAMPLE.min(count);
     let default_samples = (count / per_sample) as usize;

@@ -36,7 +36,14 @@ struct Bytes(#[serde(with = "serde_bytes")] Vec<u8>);
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let samples = ctx.samples(30, 200);
-    let small = Small { id: 1 << 40, x: -5, y: 77, flags: 3, ok: true, name: "hello, world".into() };
+    let small = Small {
+        id: 1 << 40,
+        x: -5,
+        y: 77,
+        flags: 3,
+        ok: true,
+        name: "hello, world".into(),
+    };
     measure_both(ctx, Case::new("small"), samples, 2000, &small)?;
     let strings: Vec<String> = (0..100).map(|i| format!("string number {i:03}")).collect();
     measure_both(ctx, Case::new("strings"), samples, 200, &strings)?;
@@ -44,7 +51,13 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let ops = (1 << 20) / size as u64;
         measure_both(ctx, Case::sized("vec_u8", size as u64), samples, ops, &data)?;
-        measure_both(ctx, Case::sized("serde_bytes", size as u64), samples, ops, &Bytes(data))?;
+        measure_both(
+            ctx,
+            Case::sized("serde_bytes", size as u64),
+            samples,
+            ops,
+            &Bytes(data),
+        )?;
     }
     ctx.note("one op = encode into a new Vec + decode; courier = postcard");
     Ok(())
@@ -58,15 +71,30 @@ where
     ctx.status(format!("{} · courier", case.name()));
     let s = postcard_roundtrip(&sampler, value)?;
     ctx.record(&case, "courier", "roundtrip_ns", "ns", &s.wall_ns);
-    ctx.record_value(&case, "courier", "encoded_bytes", "B", postcard::to_stdvec(value)?.len() as f64);
+    ctx.record_value(
+        &case,
+        "courier",
+        "encoded_bytes",
+        "B",
+        postcard::to_stdvec(value)?.len() as f64,
+    );
     ctx.status(format!("{} · bitcode", case.name()));
     let s = bitcode_roundtrip(&sampler, value)?;
     ctx.record(&case, "bitcode", "roundtrip_ns", "ns", &s.wall_ns);
-    ctx.record_value(&case, "bitcode", "encoded_bytes", "B", bitcode::serialize(value)?.len() as f64);
+    ctx.record_value(
+        &case,
+        "bitcode",
+        "encoded_bytes",
+        "B",
+        bitcode::serialize(value)?.len() as f64,
+    );
     Ok(())
 }
 
-fn postcard_roundtrip<T: Serialize + DeserializeOwned>(sampler: &Sampler, value: &T) -> Result<Sampled> {
+fn postcard_roundtrip<T: Serialize + DeserializeOwned>(
+    sampler: &Sampler,
+    value: &T,
+) -> Result<Sampled> {
     Ok(sampler.run(|ops| {
         for _ in 0..ops {
             let bytes = postcard::to_allocvec(black_box(value))?;
@@ -76,7 +104,10 @@ fn postcard_roundtrip<T: Serialize + DeserializeOwned>(sampler: &Sampler, value:
     })?)
 }
 
-fn bitcode_roundtrip<T: Serialize + DeserializeOwned>(sampler: &Sampler, value: &T) -> Result<Sampled> {
+fn bitcode_roundtrip<T: Serialize + DeserializeOwned>(
+    sampler: &Sampler,
+    value: &T,
+) -> Result<Sampled> {
     Ok(sampler.run(|ops| {
         for _ in 0..ops {
             let bytes = bitcode::serialize(black_box(value))?;

@@ -44,7 +44,10 @@ impl Discard {
     /// A discard of `len` bytes.
     #[inline]
     pub fn new(len: usize) -> Self {
-        Self { len, remaining: len }
+        Self {
+            len,
+            remaining: len,
+        }
     }
 
     /// Bytes left.

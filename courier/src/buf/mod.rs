@@ -94,7 +94,9 @@ pub use discard::Discard;
 pub use iter::IoIter;
 pub use iter_mut::IoIterMut;
 pub use raw::{fill_spare, RawIoVec};
-pub use segments::{Chunks, ChunksMut, Segment, SegmentMut, Segments, SegmentsMut, Slices, SlicesMut};
+pub use segments::{
+    Chunks, ChunksMut, Segment, SegmentMut, Segments, SegmentsMut, Slices, SlicesMut,
+};
 pub use ubuf::{Mapping, MappingMut, Ubuf, UbufMut};
 
 /// The most iovecs one `sendmsg`/`recvmsg` accepts on Linux (`UIO_MAXIOV`).

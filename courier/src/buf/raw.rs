@@ -82,13 +82,21 @@ const _: () = {
 impl<'a> RawIoVec<'a> {
     /// An entry covering nothing, to initialise arrays:
     /// `[RawIoVec::EMPTY; 16]`.
-    pub const EMPTY: Self = Self { base: ptr::null_mut(), len: 0, _lent: PhantomData };
+    pub const EMPTY: Self = Self {
+        base: ptr::null_mut(),
+        len: 0,
+        _lent: PhantomData,
+    };
 
     /// An entry over `len` bytes at `base`. Building one is safe; what makes
     /// it usable is the `&'s mut` borrow its caller (an `io_vecs`) holds.
     #[inline]
     pub(super) fn new(base: *mut MaybeUninit<u8>, len: usize) -> Self {
-        Self { base, len, _lent: PhantomData }
+        Self {
+            base,
+            len,
+            _lent: PhantomData,
+        }
     }
 
     /// `iov_base`.
@@ -234,7 +242,9 @@ impl<'a> Mapping<'a> {
         // SAFETY: the caller's contract is `from_raw_parts`' (u8 needs no
         // alignment, and mapped memory is initialised).
         let bytes = unsafe { slice::from_raw_parts(base, len) };
-        Self { inner: Ubuf::new(bytes) }
+        Self {
+            inner: Ubuf::new(bytes),
+        }
     }
 }
 
@@ -342,7 +352,10 @@ pub fn fill_spare<R>(vec: &mut Vec<u8>, f: impl FnOnce(&mut UbufMut<'_>) -> R) -
     let (base, room) = (spare.as_ptr(), spare.len());
     let mut it = UbufMut::new(spare);
     let out = f(&mut it);
-    assert!(it.covers(base, room), "fill_spare: the closure replaced the iterator it was lent");
+    assert!(
+        it.covers(base, room),
+        "fill_spare: the closure replaced the iterator it was lent"
+    );
     let filled = it.filled();
     // SAFETY: `it` covers exactly `vec`'s spare capacity (checked above), so
     // by the `UbufMut` invariant the `filled <= room = capacity - len` bytes

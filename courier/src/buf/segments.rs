@@ -144,7 +144,12 @@ impl<'a, T: Segment> Segments<'a, T> {
     /// A source yielding the bytes of `segs`, in order.
     pub fn new(segs: &'a [T]) -> Self {
         let remaining = segs.iter().map(|s| s.bytes().len()).sum();
-        let mut it = Self { segs, seg: 0, off: 0, remaining };
+        let mut it = Self {
+            segs,
+            seg: 0,
+            off: 0,
+            remaining,
+        };
         it.skip_empty();
         it
     }
@@ -286,7 +291,13 @@ impl<'a, T: SegmentMut> SegmentsMut<'a, T> {
     /// initialised.
     pub fn new(segs: &'a mut [T]) -> Self {
         let len = segs.iter().map(|s| s.len()).sum();
-        let mut it = Self { segs, seg: 0, off: 0, remaining: len, len };
+        let mut it = Self {
+            segs,
+            seg: 0,
+            off: 0,
+            remaining: len,
+            len,
+        };
         it.skip_empty();
         it
     }

@@ -97,7 +97,9 @@ impl<'a> Mapping<'a> {
     /// A mapping source over bytes the caller already borrows.
     #[inline]
     pub fn new(bytes: &'a [u8]) -> Self {
-        Self { inner: Ubuf::new(bytes) }
+        Self {
+            inner: Ubuf::new(bytes),
+        }
     }
 
     /// Bytes not consumed yet.
@@ -214,7 +216,10 @@ impl<'a> UbufMut<'a> {
 
 impl fmt::Debug for UbufMut<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UbufMut").field("len", &self.buf.len()).field("filled", &self.filled).finish()
+        f.debug_struct("UbufMut")
+            .field("len", &self.buf.len())
+            .field("filled", &self.filled)
+            .finish()
     }
 }
 
@@ -234,7 +239,9 @@ impl<'a> MappingMut<'a> {
     /// A mapping destination over memory the caller already borrows.
     #[inline]
     pub fn new(buf: &'a mut [MaybeUninit<u8>]) -> Self {
-        Self { inner: UbufMut::new(buf) }
+        Self {
+            inner: UbufMut::new(buf),
+        }
     }
 
     /// Room left.

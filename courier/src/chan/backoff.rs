@@ -76,7 +76,9 @@ pub(crate) struct Polling<'a>(&'a PollRight);
 
 impl PollRight {
     pub(crate) fn new() -> PollRight {
-        PollRight { taken: crate::sync::atomic::AtomicBool::new(false) }
+        PollRight {
+            taken: crate::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Takes the right to poll, if no other waiter of this side holds it.
@@ -87,7 +89,8 @@ impl PollRight {
             return None;
         }
         // SeqCst: see `is_taken`.
-        (!self.taken.load(Ordering::Relaxed) && !self.taken.swap(true, Ordering::SeqCst)).then_some(Polling(self))
+        (!self.taken.load(Ordering::Relaxed) && !self.taken.swap(true, Ordering::SeqCst))
+            .then_some(Polling(self))
     }
 
     /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
@@ -106,7 +109,9 @@ impl PollRight {
 impl Drop for Polling<'_> {
     fn drop(&mut self) {
         // SYNC POINT: see `PollRight::is_taken`.
-        self.0.taken.store(false, crate::sync::atomic::Ordering::SeqCst);
+        self.0
+            .taken
+            .store(false, crate::sync::atomic::Ordering::SeqCst);
     }
 }
 

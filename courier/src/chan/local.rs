@@ -57,7 +57,12 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
         waiting_senders: RefCell::new(VecDeque::new()),
         waiting_receivers: RefCell::new(VecDeque::new()),
     });
-    (Sender { shared: Rc::clone(&shared) }, Receiver { shared })
+    (
+        Sender {
+            shared: Rc::clone(&shared),
+        },
+        Receiver { shared },
+    )
 }
 
 /// A parked task: lives on the blocked operation's stack while it is queued.
@@ -109,7 +114,10 @@ impl<T> Shared<T> {
         let Some(task) = Context::current_task() else {
             panic!("chan::local: {what} would block the thread forever (no scheduler task)");
         };
-        let waiter = Waiter { woken: Cell::new(false), task };
+        let waiter = Waiter {
+            woken: Cell::new(false),
+            task,
+        };
         list.borrow_mut().push_back(&waiter);
         // Unqueues the waiter if its frame unwinds (a fiber dropped while parked) unwoken.
         struct Unqueue<'a>(&'a RefCell<VecDeque<*const Waiter>>, &'a Waiter);
@@ -249,14 +257,18 @@ impl<T> Receiver<T> {
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         self.shared.senders.set(self.shared.senders.get() + 1);
-        Sender { shared: Rc::clone(&self.shared) }
+        Sender {
+            shared: Rc::clone(&self.shared),
+        }
     }
 }
 
 impl<T> Clone for Receiver<T> {
     fn clone(&self) -> Self {
         self.shared.receivers.set(self.shared.receivers.get() + 1);
-        Receiver { shared: Rc::clone(&self.shared) }
+        Receiver {
+            shared: Rc::clone(&self.shared),
+        }
     }
 }
 

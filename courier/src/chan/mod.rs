@@ -82,8 +82,8 @@ use crate::sync::Arc;
 use flavors::{array, list, zero, Token};
 
 pub use err::{
-    RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySelectError,
-    TrySendError,
+    RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError,
+    TrySelectError, TrySendError,
 };
 pub use oneshot::oneshot;
 pub use select::{Select, SelectedOperation};
@@ -98,8 +98,11 @@ pub use waiter::{Park, TaskContext};
 /// assert_eq!(rx.recv(), Ok(1));
 /// ```
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
-    let flavor =
-        if cap == 0 { Flavor::Zero(zero::Channel::new()) } else { Flavor::Array(array::Channel::with_capacity(cap)) };
+    let flavor = if cap == 0 {
+        Flavor::Zero(zero::Channel::new())
+    } else {
+        Flavor::Array(array::Channel::with_capacity(cap))
+    };
     Chan::pair(flavor)
 }
 
@@ -131,8 +134,17 @@ struct Chan<T> {
 
 impl<T> Chan<T> {
     fn pair(flavor: Flavor<T>) -> (Sender<T>, Receiver<T>) {
-        let chan = Arc::new(Chan { senders: AtomicUsize::new(1), receivers: AtomicUsize::new(1), flavor });
-        (Sender { chan: Arc::clone(&chan) }, Receiver { chan })
+        let chan = Arc::new(Chan {
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+            flavor,
+        });
+        (
+            Sender {
+                chan: Arc::clone(&chan),
+            },
+            Receiver { chan },
+        )
     }
 }
 
@@ -245,7 +257,9 @@ impl<T> Sender<T> {
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         acquire_handle(&self.chan.senders);
-        Sender { chan: Arc::clone(&self.chan) }
+        Sender {
+            chan: Arc::clone(&self.chan),
+        }
     }
 }
 
@@ -371,7 +385,9 @@ impl<T> Receiver<T> {
 impl<T> Clone for Receiver<T> {
     fn clone(&self) -> Self {
         acquire_handle(&self.chan.receivers);
-        Receiver { chan: Arc::clone(&self.chan) }
+        Receiver {
+            chan: Arc::clone(&self.chan),
+        }
     }
 }
 

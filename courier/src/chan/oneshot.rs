@@ -50,7 +50,12 @@ pub fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
         msg: UnsafeCell::new(MaybeUninit::uninit()),
         receiver: SyncWaitList::new(),
     });
-    (Sender { inner: Some(Arc::clone(&inner)) }, Receiver { inner })
+    (
+        Sender {
+            inner: Some(Arc::clone(&inner)),
+        },
+        Receiver { inner },
+    )
 }
 
 /// The sending side of a [`oneshot`] channel: sends once, by value.
@@ -70,10 +75,15 @@ impl<T> Sender<T> {
         let inner = self.inner.take().expect("a sender sends once");
         // SAFETY: only the sender writes the slot, and only while the state is EMPTY (the
         // receiver reads it only after seeing FULL).
-        inner.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        inner
+            .msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: the receiver's Acquire CAS FULL -> TAKEN
         // (and the Acquire swap in `Receiver::drop`).
-        match inner.state.compare_exchange(EMPTY, FULL, Ordering::SeqCst, Ordering::Acquire) {
+        match inner
+            .state
+            .compare_exchange(EMPTY, FULL, Ordering::SeqCst, Ordering::Acquire)
+        {
             Ok(_) => {
                 inner.receiver.notify();
                 Ok(())
@@ -89,7 +99,9 @@ impl<T> Sender<T> {
 
     /// `true` if the receiver is gone.
     pub fn is_disconnected(&self) -> bool {
-        self.inner.as_ref().is_none_or(|i| i.state.load(Ordering::Acquire) == RECEIVER_GONE)
+        self.inner
+            .as_ref()
+            .is_none_or(|i| i.state.load(Ordering::Acquire) == RECEIVER_GONE)
     }
 }
 
@@ -97,7 +109,11 @@ impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             // Dropped unsent: tell the receiver.
-            if inner.state.compare_exchange(EMPTY, SENDER_GONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if inner
+                .state
+                .compare_exchange(EMPTY, SENDER_GONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
                 inner.receiver.disconnect();
             }
         }
@@ -108,7 +124,11 @@ impl<T> Receiver<T> {
     /// Takes the message if it is there.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         // SYNC POINT: Acquire pairs with the sender's publishing CAS.
-        match self.inner.state.compare_exchange(FULL, TAKEN, Ordering::AcqRel, Ordering::Acquire) {
+        match self
+            .inner
+            .state
+            .compare_exchange(FULL, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => {
                 // SAFETY: FULL means initialised; winning the CAS made us its only reader.
                 Ok(self.inner.msg.with(|p| unsafe { p.read().assume_init() }))
@@ -173,7 +193,9 @@ impl<T> Drop for Receiver<T> {
         // SYNC POINT: Acquire pairs with the sender's publishing CAS, for the drop below.
         if self.inner.state.swap(RECEIVER_GONE, Ordering::AcqRel) == FULL {
             // SAFETY: FULL means initialised and not taken; the swap made us its only owner.
-            self.inner.msg.with_mut(|p| unsafe { (*p).assume_init_drop() });
+            self.inner
+                .msg
+                .with_mut(|p| unsafe { (*p).assume_init_drop() });
         }
     }
 }

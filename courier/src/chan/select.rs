@@ -131,7 +131,9 @@ pub struct Select<'a> {
 
 impl fmt::Debug for Select<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Select").field("operations", &self.handles.len()).finish()
+        f.debug_struct("Select")
+            .field("operations", &self.handles.len())
+            .finish()
     }
 }
 
@@ -148,7 +150,10 @@ unsafe impl Send for Select<'_> {}
 impl<'a> Select<'a> {
     /// An empty select.
     pub fn new() -> Select<'a> {
-        Select { handles: Vec::with_capacity(4), next_index: 0 }
+        Select {
+            handles: Vec::with_capacity(4),
+            next_index: 0,
+        }
     }
 
     /// Adds a send on `tx`; returns the operation's index.
@@ -164,7 +169,11 @@ impl<'a> Select<'a> {
     fn push(&mut self, handle: &'a dyn SelectHandle, endpoint: *const u8) -> usize {
         let index = self.next_index;
         self.next_index += 1;
-        self.handles.push(Handle { handle, index, endpoint });
+        self.handles.push(Handle {
+            handle,
+            index,
+            endpoint,
+        });
         index
     }
 
@@ -176,12 +185,19 @@ impl<'a> Select<'a> {
     /// Waits until one operation is ready. Panics if the select is empty (it would never
     /// return).
     pub fn select(&mut self) -> SelectedOperation<'a> {
-        assert!(!self.handles.is_empty(), "select over no operation would wait forever");
-        self.run(Timeout::Never).expect("an untimed select returns an operation")
+        assert!(
+            !self.handles.is_empty(),
+            "select over no operation would wait forever"
+        );
+        self.run(Timeout::Never)
+            .expect("an untimed select returns an operation")
     }
 
     /// Waits at most `timeout` for an operation.
-    pub fn select_timeout(&mut self, timeout: Duration) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+    pub fn select_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
         match deadline_after(timeout) {
             Some(deadline) => self.select_deadline(deadline),
             None => Ok(self.select()),
@@ -189,7 +205,10 @@ impl<'a> Select<'a> {
     }
 
     /// Waits until `deadline` at the latest for an operation.
-    pub fn select_deadline(&mut self, deadline: Instant) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
+    pub fn select_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<SelectedOperation<'a>, SelectTimeoutError> {
         self.run(Timeout::At(deadline)).ok_or(SelectTimeoutError)
     }
 
@@ -252,7 +271,10 @@ impl<'a> Select<'a> {
                 if let Selected::Operation(oper) = sel {
                     for h in handles.iter_mut() {
                         if Operation::hook(h) == oper {
-                            return h.handle.accept(&mut token, cx).then_some((h.index, h.endpoint));
+                            return h
+                                .handle
+                                .accept(&mut token, cx)
+                                .then_some((h.index, h.endpoint));
                         }
                     }
                 }
@@ -303,13 +325,20 @@ pub struct SelectedOperation<'a> {
 
 impl fmt::Debug for SelectedOperation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SelectedOperation").field("index", &self.index).finish()
+        f.debug_struct("SelectedOperation")
+            .field("index", &self.index)
+            .finish()
     }
 }
 
 impl<'a> SelectedOperation<'a> {
     fn new(token: Token, index: usize, endpoint: *const u8) -> Self {
-        SelectedOperation { token, index, endpoint, _marker: PhantomData }
+        SelectedOperation {
+            token,
+            index,
+            endpoint,
+            _marker: PhantomData,
+        }
     }
 
     /// The index `Select::send`/`recv` returned for this operation.

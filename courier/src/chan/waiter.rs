@@ -206,7 +206,10 @@ struct Inner {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context").field("selected", &self.selected()).field("task_id", &self.inner.task_id).finish()
+        f.debug_struct("Context")
+            .field("selected", &self.selected())
+            .field("task_id", &self.inner.task_id)
+            .finish()
     }
 }
 
@@ -235,7 +238,9 @@ impl Context {
     #[inline]
     fn reset(&self) {
         self.inner.select.store(WAITING, Ordering::Relaxed);
-        self.inner.packet.store(std::ptr::null_mut(), Ordering::Relaxed);
+        self.inner
+            .packet
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
     }
 
     /// Runs `f` with the context of the current task: the fiber a scheduler installed with
@@ -411,7 +416,8 @@ thread_local! {
 /// A fresh task id. Threads and scheduler tasks draw from one counter, so ids never collide.
 /// (A plain std atomic: it hands out names, it synchronises nothing.)
 fn next_task_id() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DISCONNECTED + 1);
+    static NEXT: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(DISCONNECTED + 1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -513,7 +519,9 @@ impl fmt::Debug for TaskContext {
 impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
-        TaskContext { cx: Context::new(Parker::Task(Box::new(parker)), next_task_id()) }
+        TaskContext {
+            cx: Context::new(Parker::Task(Box::new(parker)), next_task_id()),
+        }
     }
 
     /// Runs `f` as this task: channel operations that block inside `f` park through this
@@ -552,7 +560,9 @@ pub(crate) struct WaitList {
 
 impl WaitList {
     pub(crate) const fn new() -> WaitList {
-        WaitList { entries: Vec::new() }
+        WaitList {
+            entries: Vec::new(),
+        }
     }
 
     #[inline]
@@ -562,7 +572,11 @@ impl WaitList {
 
     #[inline]
     pub(crate) fn register_with_packet(&mut self, oper: Operation, packet: *mut (), cx: &Context) {
-        self.entries.push(Entry { oper, packet, cx: cx.clone() });
+        self.entries.push(Entry {
+            oper,
+            packet,
+            cx: cx.clone(),
+        });
     }
 
     /// Removes the entry of `oper`, if a peer has not already taken it.
@@ -579,10 +593,9 @@ impl WaitList {
             return None;
         }
         let me = current_task_id();
-        let i = self
-            .entries
-            .iter()
-            .position(|e| e.cx.task_id() != me && e.cx.try_select(Selected::Operation(e.oper)).is_ok())?;
+        let i = self.entries.iter().position(|e| {
+            e.cx.task_id() != me && e.cx.try_select(Selected::Operation(e.oper)).is_ok()
+        })?;
         let entry = self.entries.remove(i);
         entry.cx.store_packet(entry.packet);
         Some(entry)
@@ -594,13 +607,19 @@ impl WaitList {
             return false;
         }
         let me = current_task_id();
-        self.entries.iter().any(|e| e.cx.task_id() != me && e.cx.selected() == Selected::Waiting)
+        self.entries
+            .iter()
+            .any(|e| e.cx.task_id() != me && e.cx.selected() == Selected::Waiting)
     }
 
     /// Claims every entry with `Disconnected` and returns the contexts to unpark. The entries
     /// stay: each owner unregisters its own.
     pub(crate) fn disconnect(&mut self) -> Vec<Context> {
-        self.entries.iter().filter(|e| e.cx.try_select(Selected::Disconnected).is_ok()).map(|e| e.cx.clone()).collect()
+        self.entries
+            .iter()
+            .filter(|e| e.cx.try_select(Selected::Disconnected).is_ok())
+            .map(|e| e.cx.clone())
+            .collect()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -620,7 +639,11 @@ pub(crate) struct SyncWaitList {
 
 impl SyncWaitList {
     pub(crate) fn new() -> SyncWaitList {
-        SyncWaitList { list: Mutex::new(WaitList::new()), is_empty: AtomicBool::new(true), poll: PollRight::new() }
+        SyncWaitList {
+            list: Mutex::new(WaitList::new()),
+            is_empty: AtomicBool::new(true),
+            poll: PollRight::new(),
+        }
     }
 
     /// Runs `attempt` while this side's poller waits (see `backoff::PollRight`): `None` if

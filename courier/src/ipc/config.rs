@@ -76,7 +76,9 @@ impl Config {
     pub fn set_global(config: Config) {
         MAX_MESSAGE_SIZE.store(config.max_message_size, Ordering::Relaxed);
         LARGE_MESSAGES.store(config.large_messages as u8, Ordering::Relaxed);
-        let ms = u64::try_from(config.fragment_timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ms = u64::try_from(config.fragment_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         FRAGMENT_TIMEOUT_MS.store(ms, Ordering::Relaxed);
     }
 

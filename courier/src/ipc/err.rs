@@ -177,12 +177,23 @@ impl fmt::Display for WireError {
         match self {
             WireError::BadHeader(why) => write!(f, "malformed message header: {why}"),
             WireError::TooLarge { claimed, limit } => {
-                write!(f, "message of {claimed} bytes exceeds the limit of {limit} bytes")
+                write!(
+                    f,
+                    "message of {claimed} bytes exceeds the limit of {limit} bytes"
+                )
             }
             WireError::Truncated => f.write_str("message truncated"),
-            WireError::ControlTruncated => f.write_str("too many descriptors (control data truncated)"),
-            WireError::UnexpectedFds { announced, received } => {
-                write!(f, "header announces {announced} descriptors, {received} arrived")
+            WireError::ControlTruncated => {
+                f.write_str("too many descriptors (control data truncated)")
+            }
+            WireError::UnexpectedFds {
+                announced,
+                received,
+            } => {
+                write!(
+                    f,
+                    "header announces {announced} descriptors, {received} arrived"
+                )
             }
             WireError::BadRegion => f.write_str("payload region is not sealed or too small"),
             WireError::FragmentTimeout => f.write_str("fragment stream stalled"),

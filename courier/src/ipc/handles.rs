@@ -45,7 +45,9 @@ pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
     buf.clear();
     let outer = OUTGOING.with(|o| o.borrow_mut().replace(Vec::new()));
     let serialized = postcard::serialize_with_flavor(value, VecFlavor(buf));
-    let owned = OUTGOING.with(|o| std::mem::replace(&mut *o.borrow_mut(), outer)).unwrap_or_default();
+    let owned = OUTGOING
+        .with(|o| std::mem::replace(&mut *o.borrow_mut(), outer))
+        .unwrap_or_default();
     serialized?;
     let fds: Vec<BorrowedFd<'_>> = owned.iter().map(|fd| fd.as_fd()).collect();
     Ok(send(buf, &fds))
@@ -53,8 +55,15 @@ pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
 
 /// Deserializes a `T` from `bytes` while the descriptors `fds` are available
 /// to the channel ends inside it; closes the ones nobody took.
-pub(crate) fn deserialize_message<T: DeserializeOwned>(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<T, SerDeError> {
-    let table = if fds.is_empty() { None } else { Some(fds.into_iter().map(Some).collect()) };
+pub(crate) fn deserialize_message<T: DeserializeOwned>(
+    bytes: &[u8],
+    fds: Vec<OwnedFd>,
+) -> Result<T, SerDeError> {
+    let table = if fds.is_empty() {
+        None
+    } else {
+        Some(fds.into_iter().map(Some).collect())
+    };
     let outer = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table));
     let result = postcard::from_bytes(bytes);
     let unclaimed = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), outer));
@@ -87,7 +96,10 @@ impl Flavor for VecFlavor<'_> {
 }
 
 /// Writes a channel end as the index of its descriptor in the outgoing table.
-pub(crate) fn serialize_fd<S: Serializer>(fd: BorrowedFd<'_>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize_fd<S: Serializer>(
+    fd: BorrowedFd<'_>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     let index = OUTGOING.with(|o| {
         o.borrow_mut().as_mut().map(|table| {
             // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
@@ -98,13 +110,19 @@ pub(crate) fn serialize_fd<S: Serializer>(fd: BorrowedFd<'_>, serializer: S) -> 
     });
     match index {
         Some(Ok(index)) => (index as u32).serialize(serializer),
-        Some(Err(e)) => Err(S::Error::custom(format!("cannot duplicate a channel descriptor: {e}"))),
-        None => Err(S::Error::custom("a courier channel can only be serialized by an IPC send")),
+        Some(Err(e)) => Err(S::Error::custom(format!(
+            "cannot duplicate a channel descriptor: {e}"
+        ))),
+        None => Err(S::Error::custom(
+            "a courier channel can only be serialized by an IPC send",
+        )),
     }
 }
 
 /// Reads a channel end's index and takes its descriptor from the incoming table.
-pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OwnedFd, D::Error> {
+pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<OwnedFd, D::Error> {
     let index = u32::deserialize(deserializer)? as usize;
     INCOMING.with(|i| {
         let mut table = i.borrow_mut();
@@ -113,6 +131,7 @@ pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(deserializer: D) -> Resu
             .ok_or_else(|| D::Error::custom("no descriptors arrived with this message"))?
             .get_mut(index)
             .ok_or_else(|| D::Error::custom(format!("channel index {index} out of range")))?;
-        slot.take().ok_or_else(|| D::Error::custom(format!("channel index {index} used twice")))
+        slot.take()
+            .ok_or_else(|| D::Error::custom(format!("channel index {index} used twice")))
     })
 }

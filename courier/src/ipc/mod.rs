@@ -127,7 +127,9 @@ fn blocking<T>(result: Result<T, TryRecvError>) -> Result<T, IpcError> {
 }
 
 fn deadline(timeout: Duration) -> Wait {
-    Instant::now().checked_add(timeout).map_or(Wait::Block, Wait::Until)
+    Instant::now()
+        .checked_add(timeout)
+        .map_or(Wait::Block, Wait::Until)
 }
 
 thread_local! {
@@ -154,7 +156,10 @@ where
     T: Serialize,
 {
     fn from_os(os: OsSender) -> Self {
-        IpcSender { os, _type: PhantomData }
+        IpcSender {
+            os,
+            _type: PhantomData,
+        }
     }
 
     /// Connects to the [`IpcOneShotServer`] named `name`.
@@ -168,7 +173,9 @@ where
         // Take the thread's buffer (a nested send, from a `Serialize` impl,
         // finds it empty and uses its own).
         let mut buf = SEND_BUF.take();
-        let sent = handles::serialize_message(&data, &mut buf, |bytes, fds| self.os.send(&[IoSlice::new(bytes)], fds));
+        let sent = handles::serialize_message(&data, &mut buf, |bytes, fds| {
+            self.os.send(&[IoSlice::new(bytes)], fds)
+        });
         if buf.capacity() <= KEEP_SEND_BUF {
             SEND_BUF.set(buf);
         }
@@ -183,13 +190,18 @@ where
 
 impl<T> Clone for IpcSender<T> {
     fn clone(&self) -> Self {
-        IpcSender { os: self.os.clone(), _type: PhantomData }
+        IpcSender {
+            os: self.os.clone(),
+            _type: PhantomData,
+        }
     }
 }
 
 impl<T> fmt::Debug for IpcSender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcSender").field("fd", &self.os.fd()).finish()
+        f.debug_struct("IpcSender")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -214,7 +226,12 @@ where
     T: for<'de> Deserialize<'de> + Serialize,
 {
     fn from_os(os: OsReceiver) -> Self {
-        IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData }
+        IpcReceiver {
+            os,
+            buf: RefCell::new(Vec::new()),
+            limit: Cell::new(None),
+            _type: PhantomData,
+        }
     }
 
     /// Blocks until a message arrives, or every sender is gone.
@@ -243,7 +260,10 @@ where
     }
 
     fn recv_wait(&self, wait: Wait) -> Result<T, TryRecvError> {
-        let limit = self.limit.get().unwrap_or_else(Config::max_message_size_now);
+        let limit = self
+            .limit
+            .get()
+            .unwrap_or_else(Config::max_message_size_now);
         let mut buf = self.buf.borrow_mut();
         let fds = self.os.recv_into(&mut buf, wait, limit)?;
         let value = handles::deserialize_message(&buf, fds).map_err(IpcError::from);
@@ -256,7 +276,9 @@ where
 
 impl<T> fmt::Debug for IpcReceiver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcReceiver").field("fd", &self.os.fd()).finish()
+        f.debug_struct("IpcReceiver")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -286,13 +308,17 @@ impl IpcBytesSender {
     /// assert_eq!(rx.recv().unwrap(), b"header:body");
     /// ```
     pub fn send_vectored(&self, parts: &[IoSlice<'_>]) -> Result<(), io::Error> {
-        self.os.send(parts, &[]).map_err(|e| io::Error::from(IpcError::from(e)))
+        self.os
+            .send(parts, &[])
+            .map_err(|e| io::Error::from(IpcError::from(e)))
     }
 }
 
 impl fmt::Debug for IpcBytesSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcBytesSender").field("fd", &self.os.fd()).finish()
+        f.debug_struct("IpcBytesSender")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -307,7 +333,10 @@ const MIN_GUESS: usize = 64;
 
 impl IpcBytesReceiver {
     fn from_os(os: OsReceiver) -> Self {
-        IpcBytesReceiver { os, limit: Cell::new(None) }
+        IpcBytesReceiver {
+            os,
+            limit: Cell::new(None),
+        }
     }
 
     /// Blocks until a message arrives, or every sender is gone.
@@ -332,7 +361,10 @@ impl IpcBytesReceiver {
     }
 
     fn recv_wait(&self, wait: Wait) -> Result<Vec<u8>, TryRecvError> {
-        let limit = self.limit.get().unwrap_or_else(Config::max_message_size_now);
+        let limit = self
+            .limit
+            .get()
+            .unwrap_or_else(Config::max_message_size_now);
         // Sized as the last message, so that a steady stream of large
         // messages is received in place with no extra copy.
         let mut data = Vec::with_capacity(self.os.last_len().max(MIN_GUESS));
@@ -348,7 +380,9 @@ impl IpcBytesReceiver {
 
 impl fmt::Debug for IpcBytesReceiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcBytesReceiver").field("fd", &self.os.fd()).finish()
+        f.debug_struct("IpcBytesReceiver")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -364,7 +398,10 @@ pub struct IpcMessage {
 impl IpcMessage {
     /// A message of `data` with no channels.
     pub fn from_data(data: Vec<u8>) -> Self {
-        IpcMessage { data, channels: Vec::new() }
+        IpcMessage {
+            data,
+            channels: Vec::new(),
+        }
     }
 
     /// The message's encoded bytes.
@@ -408,7 +445,9 @@ impl OpaqueIpcSender {
 
 impl fmt::Debug for OpaqueIpcSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpaqueIpcSender").field("fd", &self.os.fd()).finish()
+        f.debug_struct("OpaqueIpcSender")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -423,7 +462,12 @@ impl OpaqueIpcReceiver {
     where
         T: Deserialize<'de> + Serialize,
     {
-        IpcReceiver { os: self.os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData }
+        IpcReceiver {
+            os: self.os,
+            buf: RefCell::new(Vec::new()),
+            limit: Cell::new(None),
+            _type: PhantomData,
+        }
     }
 
     /// Receives the next message without deserializing it.
@@ -437,7 +481,9 @@ impl OpaqueIpcReceiver {
 
 impl fmt::Debug for OpaqueIpcReceiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpaqueIpcReceiver").field("fd", &self.os.fd()).finish()
+        f.debug_struct("OpaqueIpcReceiver")
+            .field("fd", &self.os.fd())
+            .finish()
     }
 }
 
@@ -471,7 +517,13 @@ where
     /// Creates the server and returns it with its name.
     pub fn new() -> Result<(IpcOneShotServer<T>, String), io::Error> {
         let (os, name) = OsOneShotServer::new()?;
-        Ok((IpcOneShotServer { os, _type: PhantomData }, name))
+        Ok((
+            IpcOneShotServer {
+                os,
+                _type: PhantomData,
+            },
+            name,
+        ))
     }
 
     /// Waits for the client to connect and send its first message.

@@ -96,13 +96,17 @@ impl FdPacket {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
-        let bytes: &[u8; FD_PACKET_LEN] =
-            bytes.try_into().map_err(|_| WireError::BadHeader("descriptor packet of the wrong size"))?;
+        let bytes: &[u8; FD_PACKET_LEN] = bytes
+            .try_into()
+            .map_err(|_| WireError::BadHeader("descriptor packet of the wrong size"))?;
         if u32::from_le_bytes(*bytes.first_chunk::<4>().unwrap_or(&[0; 4])) != FD_MAGIC {
             return Err(WireError::BadHeader("bad magic"));
         }
         let count = u32::from_le_bytes(field(bytes, 4)) as usize;
-        Ok(FdPacket { count, tag: u64::from_le_bytes(field(bytes, 8)) })
+        Ok(FdPacket {
+            count,
+            tag: u64::from_le_bytes(field(bytes, 8)),
+        })
     }
 }
 
@@ -166,7 +170,13 @@ impl Header {
             kinds |= (FdKind::Carrier as u128) << (2 * nfds);
             nfds += 1;
         }
-        Header { body, nfds, total: total as u64, kinds, tag }
+        Header {
+            body,
+            nfds,
+            total: total as u64,
+            kinds,
+            tag,
+        }
     }
 
     /// The kind of descriptor `i` (`i < nfds`).
@@ -200,10 +210,18 @@ impl Header {
     pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         // Fast path, the common case: inline, no descriptors, no kinds.
         const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, reserved 0
-        if u64::from_le_bytes(field(bytes, 0)) == PLAIN && u128::from_le_bytes(field(bytes, 16)) == 0 {
+        if u64::from_le_bytes(field(bytes, 0)) == PLAIN
+            && u128::from_le_bytes(field(bytes, 16)) == 0
+        {
             let total = u64::from_le_bytes(field(bytes, 8));
             let tag = u64::from_le_bytes(field(bytes, 32));
-            return Ok(Header { body: Body::Inline, nfds: 0, total, kinds: 0, tag });
+            return Ok(Header {
+                body: Body::Inline,
+                nfds: 0,
+                total,
+                kinds: 0,
+                tag,
+            });
         }
         Self::decode_slow(bytes)
     }
@@ -232,13 +250,21 @@ impl Header {
             return Err(WireError::BadHeader("kinds beyond the descriptor count"));
         }
         let tag = u64::from_le_bytes(field(bytes, 32));
-        let header = Header { body, nfds, total, kinds, tag };
+        let header = Header {
+            body,
+            nfds,
+            total,
+            kinds,
+            tag,
+        };
         for i in 0..nfds {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
             let is_last = i + 1 == nfds;
             let carrier_expected = is_last && body != Body::Inline;
             if (kind == FdKind::Carrier) != carrier_expected {
-                return Err(WireError::BadHeader("carrier descriptor misplaced or missing"));
+                return Err(WireError::BadHeader(
+                    "carrier descriptor misplaced or missing",
+                ));
             }
         }
         if body != Body::Inline && nfds == 0 {
@@ -261,8 +287,12 @@ mod tests {
 
     #[test]
     fn roundtrip_every_body() {
-        for (body, channels) in [(Body::Inline, 0), (Body::Inline, 5), (Body::Fragmented, 3), (Body::SharedMemory, 63)]
-        {
+        for (body, channels) in [
+            (Body::Inline, 0),
+            (Body::Inline, 5),
+            (Body::Fragmented, 3),
+            (Body::SharedMemory, 63),
+        ] {
             let h = Header::new(body, 12345, channels, 0xfeed_beef);
             let d = Header::decode(&h.encode()).unwrap();
             assert_eq!(d, h);
@@ -274,10 +304,16 @@ mod tests {
                 assert_eq!(d.kind(channels), FdKind::Carrier);
             }
         }
-        let p = FdPacket { count: 7, tag: u64::MAX };
+        let p = FdPacket {
+            count: 7,
+            tag: u64::MAX,
+        };
         assert_eq!(FdPacket::decode(&p.encode()), Ok(p));
         assert_eq!(PacketKind::of(&p.encode()), Ok(PacketKind::Fds));
-        assert_eq!(PacketKind::of(&Header::new(Body::Inline, 0, 0, 0).encode()), Ok(PacketKind::Data));
+        assert_eq!(
+            PacketKind::of(&Header::new(Body::Inline, 0, 0, 0).encode()),
+            Ok(PacketKind::Data)
+        );
     }
 
     #[test]

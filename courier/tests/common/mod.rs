@@ -19,7 +19,10 @@ pub struct FdCheck {
 /// Starts an [`FdCheck`] (waiting for any other test holding one).
 pub fn fd_check() -> FdCheck {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    FdCheck { before: open_fds(), _serial: serial }
+    FdCheck {
+        before: open_fds(),
+        _serial: serial,
+    }
 }
 
 impl Drop for FdCheck {

@@ -57,7 +57,10 @@ pub(crate) struct ArrayToken {
 
 impl Default for ArrayToken {
     fn default() -> Self {
-        ArrayToken { slot: ptr::null(), stamp: 0 }
+        ArrayToken {
+            slot: ptr::null(),
+            stamp: 0,
+        }
     }
 }
 
@@ -114,12 +117,18 @@ pub(crate) struct Channel<T> {
 
 impl<T> Channel<T> {
     pub(crate) fn with_capacity(cap: usize) -> Self {
-        assert!(cap > 0, "an array channel has room for at least one message");
+        assert!(
+            cap > 0,
+            "an array channel has room for at least one message"
+        );
         let mark_bit = (cap + 1).next_power_of_two();
         let one_lap = mark_bit * 2;
         // Slot `i` starts free for the sender at position {lap 0, index i}, whose word is `i`.
         let buffer = (0..cap)
-            .map(|i| Slot { stamp: AtomicUsize::new(i), msg: UnsafeCell::new(MaybeUninit::uninit()) })
+            .map(|i| Slot {
+                stamp: AtomicUsize::new(i),
+                msg: UnsafeCell::new(MaybeUninit::uninit()),
+            })
             .collect();
         Channel {
             head: CachePadded::new(AtomicUsize::new(0)),
@@ -161,7 +170,12 @@ impl<T> Channel<T> {
             let stamp = slot.stamp.load(Ordering::Acquire);
             if stamp == tail {
                 // The slot is free for this lap: claim it by moving `tail` on.
-                match self.tail.compare_exchange_weak(tail, self.next_pos(tail), Ordering::SeqCst, Ordering::Relaxed) {
+                match self.tail.compare_exchange_weak(
+                    tail,
+                    self.next_pos(tail),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => {
                         token.array.slot = slot as *const Slot<T> as *const u8;
                         token.array.stamp = tail + 1;
@@ -206,7 +220,8 @@ impl<T> Channel<T> {
         let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
         // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
         // until it publishes the stamp below.
-        slot.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        slot.msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `start_recv`.
         slot.stamp.store(token.array.stamp, Ordering::Release);
         self.receivers.notify();
@@ -225,7 +240,12 @@ impl<T> Channel<T> {
             let stamp = slot.stamp.load(Ordering::Acquire);
             if head + 1 == stamp {
                 // The slot holds this lap's message: claim it by moving `head` on.
-                match self.head.compare_exchange_weak(head, self.next_pos(head), Ordering::SeqCst, Ordering::Relaxed) {
+                match self.head.compare_exchange_weak(
+                    head,
+                    self.next_pos(head),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => {
                         token.array.slot = slot as *const Slot<T> as *const u8;
                         token.array.stamp = head.wrapping_add(self.one_lap);
@@ -296,11 +316,20 @@ impl<T> Channel<T> {
         }
     }
 
-    pub(crate) fn send(&self, mut msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        mut msg: T,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            if self.start_send(token) || self.senders.poll(|| self.start_send(token).then_some(())).is_some() {
+            if self.start_send(token)
+                || self
+                    .senders
+                    .poll(|| self.start_send(token).then_some(()))
+                    .is_some()
+            {
                 // SAFETY: `start_send` returned true for this token.
                 return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
             }
@@ -310,10 +339,17 @@ impl<T> Channel<T> {
                 }
             }
             // Register (with the message in a hand-off packet), re-check, park.
-            let packet = SendPacket { msg: UnsafeCell::new(MaybeUninit::new(msg)), state: AtomicU8::new(PENDING) };
+            let packet = SendPacket {
+                msg: UnsafeCell::new(MaybeUninit::new(msg)),
+                state: AtomicU8::new(PENDING),
+            };
             let delivered = Context::with(|cx| {
                 let oper = Operation::hook(token);
-                self.senders.register_with_packet(oper, &packet as *const SendPacket<T> as *mut (), cx);
+                self.senders.register_with_packet(
+                    oper,
+                    &packet as *const SendPacket<T> as *mut (),
+                    cx,
+                );
                 if !self.is_full() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
@@ -324,7 +360,9 @@ impl<T> Channel<T> {
                     }
                     // A receiver made room and claimed us: it moved the message into the slot
                     // it freed (DELIVERED), or could not (RETRY).
-                    Selected::Operation(_) | Selected::Waiting => packet.wait(cx.may_yield_thread()) == DELIVERED,
+                    Selected::Operation(_) | Selected::Waiting => {
+                        packet.wait(cx.may_yield_thread()) == DELIVERED
+                    }
                 }
             });
             if delivered {
@@ -376,7 +414,12 @@ impl<T> Channel<T> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token) || self.receivers.poll(|| self.start_recv(token).then_some(())).is_some() {
+            if self.start_recv(token)
+                || self
+                    .receivers
+                    .poll(|| self.start_recv(token).then_some(()))
+                    .is_some()
+            {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }
@@ -494,7 +537,9 @@ impl<T> Drop for Channel<T> {
             let index = (hix + i) % self.cap;
             // SAFETY: the slots from `head` to `tail` hold initialised messages, each dropped
             // once here and never read again.
-            self.buffer[index].msg.with_mut(|p| unsafe { (*p).assume_init_drop() });
+            self.buffer[index]
+                .msg
+                .with_mut(|p| unsafe { (*p).assume_init_drop() });
         }
     }
 }

@@ -167,7 +167,10 @@ pub(crate) struct ListToken {
 
 impl Default for ListToken {
     fn default() -> Self {
-        ListToken { block: ptr::null(), offset: 0 }
+        ListToken {
+            block: ptr::null(),
+            offset: 0,
+        }
     }
 }
 
@@ -184,8 +187,14 @@ pub(crate) struct Channel<T> {
 impl<T> Channel<T> {
     pub(crate) fn new() -> Self {
         Channel {
-            head: CachePadded::new(Position { index: AtomicUsize::new(0), block: AtomicPtr::new(ptr::null_mut()) }),
-            tail: CachePadded::new(Position { index: AtomicUsize::new(0), block: AtomicPtr::new(ptr::null_mut()) }),
+            head: CachePadded::new(Position {
+                index: AtomicUsize::new(0),
+                block: AtomicPtr::new(ptr::null_mut()),
+            }),
+            tail: CachePadded::new(Position {
+                index: AtomicUsize::new(0),
+                block: AtomicPtr::new(ptr::null_mut()),
+            }),
             receivers: SyncWaitList::new(),
         }
     }
@@ -218,7 +227,12 @@ impl<T> Channel<T> {
                 let new = Box::into_raw(Block::new());
                 // SYNC POINT: publishes the block's initialised slots; partners: the Acquire
                 // loads of `tail.block` and `head.block`.
-                if self.tail.block.compare_exchange(block, new, Ordering::Release, Ordering::Relaxed).is_ok() {
+                if self
+                    .tail
+                    .block
+                    .compare_exchange(block, new, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
                     self.head.block.store(new, Ordering::Release);
                     block = new;
                 } else {
@@ -232,7 +246,12 @@ impl<T> Channel<T> {
             let new_tail = tail + (1 << SHIFT);
             // SYNC POINT: claims the position (SeqCst: ordered against the receivers' emptiness
             // checks). Partner: `start_recv`'s fence + `tail` load.
-            match self.tail.index.compare_exchange_weak(tail, new_tail, Ordering::SeqCst, Ordering::Acquire) {
+            match self.tail.index.compare_exchange_weak(
+                tail,
+                new_tail,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     if offset + 1 == BLOCK_CAP {
                         // We took the last slot: install the next block and skip the phantom
@@ -274,7 +293,8 @@ impl<T> Channel<T> {
         // SAFETY: the block cannot be freed before this slot is read, which waits for WRITE.
         let slot = unsafe { &(*block).slots[token.list.offset] };
         // SAFETY: the `tail` CAS gave this sender the slot exclusively until WRITE is set.
-        slot.msg.with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        slot.msg
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: publishes the message. Partner: `Slot::wait_write`.
         slot.state.fetch_or(WRITE, Ordering::Release);
         self.receivers.notify();
@@ -322,7 +342,12 @@ impl<T> Channel<T> {
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
             }
-            match self.head.index.compare_exchange_weak(head, new_head, Ordering::SeqCst, Ordering::Acquire) {
+            match self.head.index.compare_exchange_weak(
+                head,
+                new_head,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     if offset + 1 == BLOCK_CAP {
                         // We took the block's last slot: move `head` to the next block.
@@ -390,7 +415,11 @@ impl<T> Channel<T> {
         })
     }
 
-    pub(crate) fn send(&self, msg: T, _deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        msg: T,
+        _deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         self.start_send(token);
         // SAFETY: `start_send` always succeeds, once for this token.
@@ -411,7 +440,12 @@ impl<T> Channel<T> {
         let token = &mut Token::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token) || self.receivers.poll(|| self.start_recv(token).then_some(())).is_some() {
+            if self.start_recv(token)
+                || self
+                    .receivers
+                    .poll(|| self.start_recv(token).then_some(()))
+                    .is_some()
+            {
                 // SAFETY: `start_recv` returned true for this token.
                 return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
             }
@@ -561,7 +595,11 @@ impl<T> Drop for Channel<T> {
             if offset < BLOCK_CAP {
                 // SAFETY: positions in `head..tail` hold written, unread messages (every
                 // sender finished: we are the last handle).
-                unsafe { (*block).slots[offset].msg.with_mut(|p| (*p).assume_init_drop()) };
+                unsafe {
+                    (*block).slots[offset]
+                        .msg
+                        .with_mut(|p| (*p).assume_init_drop())
+                };
             } else {
                 // SAFETY: the block is exhausted; its successor is linked (its last slot's
                 // sender linked it before finishing).

@@ -34,15 +34,27 @@ struct Packet<T> {
 
 impl<T> Packet<T> {
     fn empty_on_stack() -> Packet<T> {
-        Packet { on_stack: true, ready: AtomicBool::new(false), msg: UnsafeCell::new(None) }
+        Packet {
+            on_stack: true,
+            ready: AtomicBool::new(false),
+            msg: UnsafeCell::new(None),
+        }
     }
 
     fn empty_on_heap() -> Box<Packet<T>> {
-        Box::new(Packet { on_stack: false, ready: AtomicBool::new(false), msg: UnsafeCell::new(None) })
+        Box::new(Packet {
+            on_stack: false,
+            ready: AtomicBool::new(false),
+            msg: UnsafeCell::new(None),
+        })
     }
 
     fn message_on_stack(msg: T) -> Packet<T> {
-        Packet { on_stack: true, ready: AtomicBool::new(false), msg: UnsafeCell::new(Some(msg)) }
+        Packet {
+            on_stack: true,
+            ready: AtomicBool::new(false),
+            msg: UnsafeCell::new(Some(msg)),
+        }
     }
 
     /// Waits for the other side to finish with the packet.
@@ -82,7 +94,11 @@ pub(crate) struct Channel<T> {
 impl<T> Channel<T> {
     pub(crate) fn new() -> Self {
         Channel {
-            inner: Mutex::new(Inner { senders: WaitList::new(), receivers: WaitList::new(), is_disconnected: false }),
+            inner: Mutex::new(Inner {
+                senders: WaitList::new(),
+                receivers: WaitList::new(),
+                is_disconnected: false,
+            }),
             senders_poll: PollRight::new(),
             receivers_poll: PollRight::new(),
             _marker: std::marker::PhantomData,
@@ -181,7 +197,10 @@ impl<T> Channel<T> {
             packet.wait_ready(true);
             // SAFETY: `ready` was set, so the writer is done; we own the heap packet now.
             let packet = unsafe { Box::from_raw(packet_ptr) };
-            Ok(packet.msg.into_inner().expect("a ready packet holds a message"))
+            Ok(packet
+                .msg
+                .into_inner()
+                .expect("a ready packet holds a message"))
         }
     }
 
@@ -197,7 +216,11 @@ impl<T> Channel<T> {
         }
     }
 
-    pub(crate) fn send(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+    pub(crate) fn send(
+        &self,
+        msg: T,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut Token::default();
         let mut inner = self.lock();
         if let Some(entry) = inner.receivers.try_select() {
@@ -216,7 +239,9 @@ impl<T> Channel<T> {
         Context::with(|cx| {
             let oper = Operation::hook(token);
             let packet = Packet::message_on_stack(msg);
-            inner.senders.register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
+            inner
+                .senders
+                .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
             let polling = self.senders_poll.try_take();
             match cx.wait_until(deadline, polling.is_some()) {
@@ -224,8 +249,10 @@ impl<T> Channel<T> {
                     let sel = cx.selected();
                     self.lock().senders.unregister(oper);
                     // SAFETY: no receiver claimed us, so no one touches the packet.
-                    let msg =
-                        packet.msg.with_mut(|p| unsafe { (*p).take() }).expect("an unclaimed packet keeps its message");
+                    let msg = packet
+                        .msg
+                        .with_mut(|p| unsafe { (*p).take() })
+                        .expect("an unclaimed packet keeps its message");
                     Err(if sel == Selected::Disconnected {
                         SendTimeoutError::Disconnected(msg)
                     } else {
@@ -270,7 +297,9 @@ impl<T> Channel<T> {
         Context::with(|cx| {
             let oper = Operation::hook(token);
             let packet = Packet::<T>::empty_on_stack();
-            inner.receivers.register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
+            inner
+                .receivers
+                .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
             let polling = self.receivers_poll.try_take();
             match cx.wait_until(deadline, polling.is_some()) {
@@ -320,7 +349,9 @@ impl<T> Channel<T> {
     pub(crate) fn register_send(&self, oper: Operation, cx: &Context) -> bool {
         let packet = Box::into_raw(Packet::<T>::empty_on_heap());
         let mut inner = self.lock();
-        inner.senders.register_with_packet(oper, packet as *mut (), cx);
+        inner
+            .senders
+            .register_with_packet(oper, packet as *mut (), cx);
         inner.receivers.can_select() || inner.is_disconnected
     }
 
@@ -334,7 +365,9 @@ impl<T> Channel<T> {
     pub(crate) fn register_recv(&self, oper: Operation, cx: &Context) -> bool {
         let packet = Box::into_raw(Packet::<T>::empty_on_heap());
         let mut inner = self.lock();
-        inner.receivers.register_with_packet(oper, packet as *mut (), cx);
+        inner
+            .receivers
+            .register_with_packet(oper, packet as *mut (), cx);
         inner.senders.can_select() || inner.is_disconnected
     }
 

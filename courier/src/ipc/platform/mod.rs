@@ -23,4 +23,6 @@
 
 pub(crate) mod linux;
 
-pub(crate) use linux::{channel, connect, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait};
+pub(crate) use linux::{
+    channel, connect, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
+};

@@ -65,7 +65,9 @@ use self::shm::{MapCache, Pool};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
-use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{
+    Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS,
+};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 const IOV_MAX: usize = 1024;
@@ -198,7 +200,12 @@ struct SenderInner {
 
 impl OsSender {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
-        OsSender { inner: Arc::new(SenderInner { fd, pool: Pool::default() }) }
+        OsSender {
+            inner: Arc::new(SenderInner {
+                fd,
+                pool: Pool::default(),
+            }),
+        }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
@@ -206,7 +213,11 @@ impl OsSender {
     }
 
     /// Sends `parts` (gathered, in order) with `channels` attached.
-    pub(crate) fn send(&self, parts: &[IoSlice<'_>], channels: &[BorrowedFd<'_>]) -> Result<(), SendError> {
+    pub(crate) fn send(
+        &self,
+        parts: &[IoSlice<'_>],
+        channels: &[BorrowedFd<'_>],
+    ) -> Result<(), SendError> {
         if channels.len() >= MAX_FDS {
             return Err(SendError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -231,7 +242,12 @@ impl OsSender {
         self.send_fragmented(parts, total, channels, socket::max_packet())
     }
 
-    fn send_inline(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), Inline> {
+    fn send_inline(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+    ) -> Result<(), Inline> {
         let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
         let sent = if total <= SMALL {
@@ -258,7 +274,12 @@ impl OsSender {
     /// Sends the descriptor packet of the message tagged `tag`: `channels`,
     /// then `carrier`. Nothing to send without descriptors.
     #[inline]
-    fn send_fds(&self, channels: &[BorrowedFd<'_>], carrier: Option<BorrowedFd<'_>>, tag: u64) -> Result<(), Errno> {
+    fn send_fds(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        tag: u64,
+    ) -> Result<(), Errno> {
         if channels.is_empty() && carrier.is_none() {
             return Ok(());
         }
@@ -275,11 +296,20 @@ impl OsSender {
         let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
         fds.extend_from_slice(channels);
         fds.extend(carrier);
-        let packet = FdPacket { count: fds.len(), tag }.encode();
+        let packet = FdPacket {
+            count: fds.len(),
+            tag,
+        }
+        .encode();
         socket::send(self.fd(), &[IoSlice::new(&packet)], &fds).map(drop)
     }
 
-    fn send_shm(&self, parts: &[IoSlice<'_>], total: usize, channels: &[BorrowedFd<'_>]) -> Result<(), SendError> {
+    fn send_shm(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+    ) -> Result<(), SendError> {
         let pool = &self.inner.pool;
         let region = pool.take_filled(parts)?;
         let tag = random_tag();
@@ -437,7 +467,11 @@ thread_local! {
 
 impl OsReceiver {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
-        OsReceiver { fd, guess: Cell::new(0), state: RefCell::new(RecvState::default()) }
+        OsReceiver {
+            fd,
+            guess: Cell::new(0),
+            state: RefCell::new(RecvState::default()),
+        }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
@@ -452,7 +486,12 @@ impl OsReceiver {
     /// Receives one message: its payload replaces the contents of `dst` (the
     /// spare capacity of which is used as the receive buffer), and its
     /// channel descriptors are returned in order.
-    pub(crate) fn recv_into(&self, dst: &mut Vec<u8>, wait: Wait, limit: u64) -> Result<Vec<OwnedFd>, RecvError> {
+    pub(crate) fn recv_into(
+        &self,
+        dst: &mut Vec<u8>,
+        wait: Wait,
+        limit: u64,
+    ) -> Result<Vec<OwnedFd>, RecvError> {
         let mut state = self.state.borrow_mut();
         loop {
             if let Some(ready) = state.ready.pop_front() {
@@ -501,7 +540,11 @@ impl OsReceiver {
                 }
                 Read::Data(header) => {
                     let data = std::mem::take(dst);
-                    state.waiting.push(Waiting { header, data, since: Instant::now() });
+                    state.waiting.push(Waiting {
+                        header,
+                        data,
+                        since: Instant::now(),
+                    });
                     if state.waiting.len() > MAX_WAITING {
                         return Err(state.give_up_oldest().into());
                     }
@@ -543,7 +586,13 @@ impl OsReceiver {
 
     /// Reads one packet. A data packet's payload replaces `dst`'s contents;
     /// with descriptors awaited, descriptors attached to the packet are taken.
-    fn read(&self, state: &RecvState, dst: &mut Vec<u8>, limit: u64, dontwait: bool) -> Result<Read, RecvError> {
+    fn read(
+        &self,
+        state: &RecvState,
+        dst: &mut Vec<u8>,
+        limit: u64,
+        dontwait: bool,
+    ) -> Result<Read, RecvError> {
         dst.clear();
         let room = socket::max_packet();
         let control = !state.waiting.is_empty();
@@ -555,7 +604,13 @@ impl OsReceiver {
             if !control && self.guess.get() <= SCATTER_MIN {
                 self.read_small(state, scratch.spare_capacity_mut(), dst, limit, dontwait)
             } else {
-                self.read_scatter(&mut scratch.spare_capacity_mut()[HEADER_LEN..], dst, limit, control, dontwait)
+                self.read_scatter(
+                    &mut scratch.spare_capacity_mut()[HEADER_LEN..],
+                    dst,
+                    limit,
+                    control,
+                    dontwait,
+                )
             }
         })
     }
@@ -590,7 +645,9 @@ impl OsReceiver {
                 false => Err(WireError::BadHeader("descriptor packet without a message").into()),
             };
         }
-        let (header, payload) = packet.split_first_chunk::<HEADER_LEN>().ok_or(WireError::BadHeader("short packet"))?;
+        let (header, payload) = packet
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(WireError::BadHeader("short packet"))?;
         let header = check(Header::decode(header)?, payload.len(), limit)?;
         dst.reserve(payload.len());
         fill_spare(dst, |room| room.copy_to_iter(payload));
@@ -617,7 +674,9 @@ impl OsReceiver {
             n += tail.io_vecs(&mut iov[n..]);
             let packet = socket::recv(self.fd(), &mut iov[..n], control, dontwait)?;
             // Where the kernel put the packet: header, room, tail, in order.
-            let mut left = packet.len.min(head.remaining() + room.remaining() + tail.remaining());
+            let mut left = packet
+                .len
+                .min(head.remaining() + room.remaining() + tail.remaining());
             let in_head = left.min(head.remaining());
             left -= in_head;
             let in_room = left.min(room.remaining());
@@ -647,7 +706,10 @@ impl OsReceiver {
             // Descriptors attached to a data packet are closed unread.
             PacketKind::Data => drop(packet.fds),
         }
-        let header = Header::decode(head.try_into().map_err(|_| WireError::BadHeader("short packet"))?)?;
+        let header = Header::decode(
+            head.try_into()
+                .map_err(|_| WireError::BadHeader("short packet"))?,
+        )?;
         let header = check(header, packet.len - HEADER_LEN, limit)?;
         // The part of the packet the destination had no room for.
         dst.extend_from_slice(tail.filled_bytes());
@@ -659,8 +721,16 @@ impl OsReceiver {
     #[cold]
     fn empty_packet(&self) -> RecvError {
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN | PollFlags::RDHUP)];
-        let hung_up = match poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
-            Ok(_) => fds[0].revents().intersects(PollFlags::HUP | PollFlags::RDHUP),
+        let hung_up = match poll(
+            &mut fds,
+            Some(&Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        ) {
+            Ok(_) => fds[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::RDHUP),
             Err(_) => true,
         };
         match hung_up {
@@ -675,7 +745,13 @@ impl OsReceiver {
 /// or kept.
 fn check(header: Header, inline: usize, limit: u64) -> Result<Header, RecvError> {
     if header.total > limit {
-        return Err(RecvError::Wire(WireError::TooLarge { claimed: header.total, limit }, Some(header)));
+        return Err(RecvError::Wire(
+            WireError::TooLarge {
+                claimed: header.total,
+                limit,
+            },
+            Some(header),
+        ));
     }
     let consistent = match header.body {
         Body::Inline => header.total == inline as u64,
@@ -690,7 +766,12 @@ fn check(header: Header, inline: usize, limit: u64) -> Result<Header, RecvError>
 
 impl RecvState {
     /// Gives the descriptors of `packet` to the waiting message it names.
-    fn attach(&mut self, packet: FdPacket, fds: Vec<OwnedFd>, truncated: bool) -> Result<(), RecvError> {
+    fn attach(
+        &mut self,
+        packet: FdPacket,
+        fds: Vec<OwnedFd>,
+        truncated: bool,
+    ) -> Result<(), RecvError> {
         let Some(i) = self.waiting.iter().position(|m| m.header.tag == packet.tag) else {
             if let Some(i) = self.refused.iter().position(|&t| t == packet.tag) {
                 self.refused.remove(i);
@@ -707,7 +788,11 @@ impl RecvState {
             return Err(WireError::ControlTruncated.into());
         }
         if packet.count != header.nfds || fds.len() != header.nfds {
-            return Err(WireError::UnexpectedFds { announced: header.nfds, received: fds.len() }.into());
+            return Err(WireError::UnexpectedFds {
+                announced: header.nfds,
+                received: fds.len(),
+            }
+            .into());
         }
         self.ready.push_back(Ready { header, data, fds });
         Ok(())
@@ -734,7 +819,10 @@ impl RecvState {
 
     /// Gives up one message that waited too long, if any.
     fn expire(&mut self) -> Option<WireError> {
-        let i = self.waiting.iter().position(|m| m.since.elapsed() >= DESCRIPTOR_WAIT)?;
+        let i = self
+            .waiting
+            .iter()
+            .position(|m| m.since.elapsed() >= DESCRIPTOR_WAIT)?;
         let m = self.waiting.swap_remove(i);
         self.refuse(m.header);
         Some(WireError::DescriptorsMissing)
@@ -751,7 +839,10 @@ impl RecvState {
 fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<(), RecvError> {
     let deadline = Instant::now() + Config::global().fragment_timeout;
     dst.try_reserve_exact(total - dst.len())
-        .map_err(|_| WireError::TooLarge { claimed: total as u64, limit: dst.len() as u64 })?;
+        .map_err(|_| WireError::TooLarge {
+            claimed: total as u64,
+            limit: dst.len() as u64,
+        })?;
     while dst.len() < total {
         let want = total - dst.len();
         let packet = fill_spare(dst, |room| {
@@ -786,7 +877,10 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
 fn wait_readable(fd: BorrowedFd<'_>, deadline: Instant) -> Result<(), RecvError> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = Timespec::try_from(left).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
+        let timeout = Timespec::try_from(left).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
         match poll(&mut fds, Some(&timeout)) {
             Ok(0) => return Err(RecvError::Empty),
@@ -822,12 +916,27 @@ impl OsOneShotServer {
             let _ = std::fs::remove_dir(&dir);
         }
         let listener = server?;
-        let name = path.to_str().map(str::to_owned).ok_or(std::io::ErrorKind::InvalidFilename)?;
-        Ok((OsOneShotServer { listener, dir, path }, name))
+        let name = path
+            .to_str()
+            .map(str::to_owned)
+            .ok_or(std::io::ErrorKind::InvalidFilename)?;
+        Ok((
+            OsOneShotServer {
+                listener,
+                dir,
+                path,
+            },
+            name,
+        ))
     }
 
     fn listen(_dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<OwnedFd> {
-        let fd = net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        let fd = net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
         net::bind(&fd, &SocketAddrUnix::new(path)?)?;
         net::listen(&fd, 1)?;
         Ok(fd)
@@ -858,7 +967,12 @@ impl Drop for OsOneShotServer {
 
 /// Connects to the one-shot server named `name`.
 pub(crate) fn connect(name: &str) -> std::io::Result<OsSender> {
-    let fd = net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+    let fd = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
     net::connect(&fd, &SocketAddrUnix::new(name)?)?;
     Ok(OsSender::from_fd(fd))
 }

@@ -81,7 +81,14 @@ impl Mapping {
         // SAFETY: a fresh mapping chosen by the kernel (null hint) aliases no
         // Rust object.
         let ptr = unsafe {
-            mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
+            mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
         }?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Errno::NOMEM)?;
         Ok(Mapping { ptr, len })
@@ -118,8 +125,13 @@ pub(crate) struct Region {
 impl Region {
     /// A sealed region with room for at least `payload` bytes.
     fn create(payload: usize) -> Result<Region, Errno> {
-        let len = (payload + REGION_HEADER).max(MIN_REGION).next_power_of_two();
-        let fd = fs::memfd_create("courier-payload", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        let len = (payload + REGION_HEADER)
+            .max(MIN_REGION)
+            .next_power_of_two();
+        let fd = fs::memfd_create(
+            "courier-payload",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
         fs::ftruncate(&fd, len as u64)?;
         fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         let map = Mapping::map(fd.as_fd(), len)?;
@@ -144,7 +156,9 @@ impl Region {
             // SAFETY: `at + part.len() <= total <= capacity` (asserted), so
             // the destination range lies in the mapping's payload area; the
             // source is a live slice and cannot overlap our mapping.
-            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.map.payload().add(at), part.len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), self.map.payload().add(at), part.len())
+            };
             at += part.len();
         }
         self.map.state().store(BUSY, Ordering::Relaxed);
@@ -172,8 +186,9 @@ impl Pool {
             let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
             // SYNC POINT: receiver's `Release` store of FREE in `MapCache::copy_out`;
             // after it, the receiver no longer reads the payload we overwrite.
-            let free =
-                regions.iter().position(|r| r.capacity() >= total && r.map.state().load(Ordering::Acquire) == FREE);
+            let free = regions.iter().position(|r| {
+                r.capacity() >= total && r.map.state().load(Ordering::Acquire) == FREE
+            });
             free.map(|i| regions.swap_remove(i))
         };
         let mut region = match reused {
@@ -204,14 +219,21 @@ pub(crate) struct MapCache {
 
 impl std::fmt::Debug for MapCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MapCache").field("mapped", &self.entries.len()).finish()
+        f.debug_struct("MapCache")
+            .field("mapped", &self.entries.len())
+            .finish()
     }
 }
 
 impl MapCache {
     /// Validates the region `fd` and appends its `total` payload bytes to
     /// `dst`, then marks the region free for its sender.
-    pub(crate) fn copy_out(&mut self, fd: &OwnedFd, total: usize, dst: &mut Vec<u8>) -> Result<(), WireError> {
+    pub(crate) fn copy_out(
+        &mut self,
+        fd: &OwnedFd,
+        total: usize,
+        dst: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
         let seals = fs::fcntl_get_seals(fd).map_err(|_| WireError::BadRegion)?;
         if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
             return Err(WireError::BadRegion);
@@ -226,10 +248,15 @@ impl MapCache {
         // address space).
         let need = (REGION_HEADER + total).next_multiple_of(PAGE);
         let key = (stat.st_dev, stat.st_ino);
-        let i = match self.entries.iter().position(|(d, ino, m)| (*d, *ino) == key && m.len >= need) {
+        let i = match self
+            .entries
+            .iter()
+            .position(|(d, ino, m)| (*d, *ino) == key && m.len >= need)
+        {
             Some(i) => i,
             None => {
-                let map = Mapping::map(fd.as_fd(), need.min(size)).map_err(|_| WireError::BadRegion)?;
+                let map =
+                    Mapping::map(fd.as_fd(), need.min(size)).map_err(|_| WireError::BadRegion)?;
                 self.entries.retain(|(d, ino, _)| (*d, *ino) != key);
                 if self.entries.len() >= CACHED_MAPPINGS {
                     self.entries.remove(0);
@@ -239,7 +266,11 @@ impl MapCache {
             }
         };
         let map = &self.entries[i].2;
-        dst.try_reserve_exact(total).map_err(|_| WireError::TooLarge { claimed: total as u64, limit: 0 })?;
+        dst.try_reserve_exact(total)
+            .map_err(|_| WireError::TooLarge {
+                claimed: total as u64,
+                limit: 0,
+            })?;
         let spare = dst.spare_capacity_mut();
         // SAFETY: the region is sealed against shrinking and `size -
         // REGION_HEADER >= total`, so `total` bytes after the header stay
@@ -247,7 +278,9 @@ impl MapCache {
         // `reserve_exact`. The sender may still write the source: we copy raw
         // bytes, never form a reference to them, and the result is validated
         // as untrusted input afterwards.
-        unsafe { std::ptr::copy_nonoverlapping(map.payload(), spare.as_mut_ptr().cast::<u8>(), total) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(map.payload(), spare.as_mut_ptr().cast::<u8>(), total)
+        };
         // SAFETY: the copy above initialised `total` bytes after `len`.
         unsafe { dst.set_len(dst.len() + total) };
         // SYNC POINT: sender's `Acquire` load in `Pool::take_filled`.

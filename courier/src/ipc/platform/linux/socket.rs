@@ -20,14 +20,22 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
 
 use rustix::io::Errno;
-use rustix::net::{self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
+    SocketType,
+};
 
 use crate::buf::RawIoVec;
 use crate::ipc::wire::{HEADER_LEN, MAX_FDS};
 
 /// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)`.
 pub(crate) fn pair() -> Result<(OwnedFd, OwnedFd), Errno> {
-    net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+    net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
 }
 
 /// The largest packet this process's sockets accept, probed once.
@@ -40,7 +48,9 @@ pub(crate) fn pair() -> Result<(OwnedFd, OwnedFd), Errno> {
 pub(crate) fn max_packet() -> usize {
     static MAX_PACKET: OnceLock<usize> = OnceLock::new();
     *MAX_PACKET.get_or_init(|| {
-        let probed = pair().and_then(|(a, _b)| net::sockopt::socket_send_buffer_size(&a)).unwrap_or(0);
+        let probed = pair()
+            .and_then(|(a, _b)| net::sockopt::socket_send_buffer_size(&a))
+            .unwrap_or(0);
         // Fall back to a conservative size if the probe failed.
         let sndbuf = if probed > 4096 { probed } else { 64 * 1024 };
         sndbuf - 32
@@ -52,7 +62,11 @@ pub(crate) fn max_packet() -> usize {
 /// No control message is attached when `fds` is empty. `MSG_NOSIGNAL` makes
 /// a vanished peer an `EPIPE` instead of a `SIGPIPE` that would kill a host
 /// process which has not ignored it.
-pub(crate) fn send(fd: BorrowedFd<'_>, iov: &[IoSlice<'_>], fds: &[BorrowedFd<'_>]) -> Result<usize, Errno> {
+pub(crate) fn send(
+    fd: BorrowedFd<'_>,
+    iov: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+) -> Result<usize, Errno> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
@@ -125,13 +139,18 @@ struct ControlBuf([MaybeUninit<u8>; CONTROL_LEN]);
 
 /// `CMSG_SPACE(MAX_FDS * sizeof(int))` on LP64 Linux: a 16-byte header
 /// followed by the descriptors, padded to 8 bytes.
-const CONTROL_LEN: usize = size_of::<libc::cmsghdr>() + (MAX_FDS * size_of::<RawFd>()).next_multiple_of(8);
+const CONTROL_LEN: usize =
+    size_of::<libc::cmsghdr>() + (MAX_FDS * size_of::<RawFd>()).next_multiple_of(8);
 
 /// `recv(fd, buf, MSG_TRUNC | flags)`, retried on `EINTR`: the length of
 /// the whole packet, which exceeds `buf.len()` if the packet did not fit
 /// (the rest is lost). Descriptors attached to the packet are closed by the
 /// kernel.
-pub(crate) fn recv_whole(fd: BorrowedFd<'_>, buf: &mut [MaybeUninit<u8>], dontwait: bool) -> Result<usize, Errno> {
+pub(crate) fn recv_whole(
+    fd: BorrowedFd<'_>,
+    buf: &mut [MaybeUninit<u8>],
+    dontwait: bool,
+) -> Result<usize, Errno> {
     let flags = libc::MSG_TRUNC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
     loop {
         // SAFETY: `buf` is memory we lend the kernel exclusively for the
