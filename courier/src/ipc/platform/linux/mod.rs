@@ -256,13 +256,14 @@ impl OsSender {
             // Small gathers, the common case, stay on the stack.
             let mut iov = [IoSlice::new(&[]); STACK_IOV];
             iov[0] = IoSlice::new(&header);
-            iov[1..=parts.len()].copy_from_slice(parts);
-            socket::send(self.fd(), &iov[..=parts.len()], &[])
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            socket::send(self.fd(), &iov[..=n], &[])
         } else {
-            let mut iov = Vec::with_capacity(parts.len() + 1);
-            iov.push(IoSlice::new(&header));
-            iov.extend_from_slice(parts);
-            socket::send(self.fd(), &iov, &[])
+            // At most `IOV_MAX` parts reach here (`send` checks).
+            let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
+            iov[0] = IoSlice::new(&header);
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            socket::send(self.fd(), &iov[..=n], &[])
         };
         match sent {
             Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
