@@ -152,11 +152,11 @@ impl<'a> UbufMut<'a> {
     /// trivially true.
     #[inline]
     pub fn from_init(buf: &'a mut [u8]) -> Self {
-        // SAFETY: `MaybeUninit<u8>` has the layout of `u8`. The caller's
-        // `&mut [u8]` requires the bytes to stay initialised, and they do:
-        // the view never leaves this `UbufMut`, which writes through it only
-        // copies of initialised bytes (`copy_to_iter`) and lends it only to
+        // The caller's `&mut [u8]` requires the bytes to stay initialised, and
+        // they do: the view never leaves this `UbufMut`, which writes through it
+        // only copies of initialised bytes (`copy_to_iter`) and lends it only to
         // the kernel (`io_vecs`), which writes bytes too.
+        // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; initialised, as above.
         let buf = unsafe { &mut *(ptr::from_mut(buf) as *mut [MaybeUninit<u8>]) };
         Self::new(buf)
     }

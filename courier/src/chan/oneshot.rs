@@ -73,11 +73,11 @@ impl<T> Sender<T> {
     /// Sends the message; fails (handing it back) if the receiver is gone.
     pub fn send(mut self, msg: T) -> Result<(), SendError<T>> {
         let inner = self.inner.take().expect("a sender sends once");
-        // SAFETY: only the sender writes the slot, and only while the state is EMPTY (the
-        // receiver reads it only after seeing FULL).
-        inner
-            .msg
-            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        inner.msg.with_mut(|p| {
+            // SAFETY: only the sender writes the slot, and only while the state is EMPTY
+            // (the receiver reads it only after seeing FULL).
+            unsafe { p.write(MaybeUninit::new(msg)) }
+        });
         // SYNC POINT: publishes the message. Partner: the receiver's Acquire CAS FULL -> TAKEN
         // (and the Acquire swap in `Receiver::drop`).
         match inner

@@ -535,11 +535,11 @@ impl<T> Drop for Channel<T> {
         let hix = head & (self.mark_bit - 1);
         for i in 0..self.len_between(head, tail) {
             let index = (hix + i) % self.cap;
-            // SAFETY: the slots from `head` to `tail` hold initialised messages, each dropped
-            // once here and never read again.
-            self.buffer[index]
-                .msg
-                .with_mut(|p| unsafe { (*p).assume_init_drop() });
+            self.buffer[index].msg.with_mut(|p| {
+                // SAFETY: the slots from `head` to `tail` hold initialised messages, each
+                // dropped once here and never read again.
+                unsafe { (*p).assume_init_drop() }
+            });
         }
     }
 }

@@ -272,12 +272,10 @@ impl MapCache {
                 limit: 0,
             })?;
         let spare = dst.spare_capacity_mut();
-        // SAFETY: the region is sealed against shrinking and `size -
-        // REGION_HEADER >= total`, so `total` bytes after the header stay
-        // mapped and readable; `spare` has room for `total` bytes after
-        // `reserve_exact`. The sender may still write the source: we copy raw
-        // bytes, never form a reference to them, and the result is validated
-        // as untrusted input afterwards.
+        // The sender may still write the source: we copy raw bytes, never form
+        // a reference to them, and the result is validated as untrusted input.
+        // SAFETY: sealed against shrinking, and `size - REGION_HEADER >= total`:
+        // `total` bytes after the header stay mapped; `spare` has room for them.
         unsafe {
             std::ptr::copy_nonoverlapping(map.payload(), spare.as_mut_ptr().cast::<u8>(), total)
         };

@@ -200,10 +200,8 @@ pub(crate) fn recv(
             msg.msg_control = control_buf.0.as_mut_ptr().cast();
             msg.msg_controllen = CONTROL_LEN;
         }
-        // SAFETY: `RawIoVec` is laid out as `iovec` and each entry covers
-        // memory lent to it exclusively (by `io_vecs`) for its lifetime, so
-        // the kernel writes only into memory we lend it; `msg_control`, when
-        // set, points to `CONTROL_LEN` writable bytes.
+        // SAFETY: `RawIoVec` is an `iovec` over memory lent to it exclusively
+        // (by `io_vecs`); `msg_control`, if set, has `CONTROL_LEN` writable bytes.
         let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
         if n < 0 {
             match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
