@@ -24,11 +24,12 @@
 //! skip serde entirely: [`bytes_channel`], with [`IpcBytesSender::send_vectored`]
 //! to send a header and a body without concatenating them.
 //!
-//! A message is one send and one `recvmsg` when it fits one packet (about
-//! 208 KiB with Linux defaults); a larger payload goes through a pooled,
-//! sealed memfd region (one copy in, one copy out, no page faults once warm),
-//! or, with [`LargeMessages::Fragments`], is fragmented over a socket
-//! dedicated to it.
+//! A message is one send and one receive system call when it fits one packet
+//! (about 208 KiB with Linux defaults) and carries no channels; channels add a
+//! descriptor packet. A larger payload goes through a pooled, sealed memfd
+//! region (one copy in, one copy out, no page faults once warm), or, with
+//! [`LargeMessages::Fragments`], is fragmented over a socket dedicated to it.
+//! A message carries at most [`MAX_FDS`]` - 1` channels.
 //!
 //! # Allocation
 //! Sending allocates nothing once warm: typed messages are encoded into a
