@@ -234,10 +234,6 @@ impl MapCache {
         total: usize,
         dst: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let seals = fs::fcntl_get_seals(fd).map_err(|_| WireError::BadRegion)?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err(WireError::BadRegion);
-        }
         let stat = fs::fstat(fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < total {
@@ -255,6 +251,13 @@ impl MapCache {
         {
             Some(i) => i,
             None => {
+                // Seals are never removed, and a cached inode is alive (our
+                // mapping holds it) so cannot be reused: checking a region
+                // once, when it is first mapped, is enough.
+                let seals = fs::fcntl_get_seals(fd).map_err(|_| WireError::BadRegion)?;
+                if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+                    return Err(WireError::BadRegion);
+                }
                 let map =
                     Mapping::map(fd.as_fd(), need.min(size)).map_err(|_| WireError::BadRegion)?;
                 self.entries.retain(|(d, ino, _)| (*d, *ino) != key);
