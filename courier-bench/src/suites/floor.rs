@@ -4,6 +4,8 @@
 //! | --- | --- | --- |
 //! | `memcpy_warm_<size>` | `copy_from_slice` into memory already touched | no transfer of a payload can beat one copy |
 //! | `memcpy_fresh_<size>` | the same into a fresh anonymous mapping (page faults included) | what a transfer pays when it lands in new memory |
+//! | `sendrecv_plain_<size>` | one thread: `send(2)` then `recv(2)` of the payload on a `SOCK_SEQPACKET` socketpair, into a reused buffer | the least a socket transport pays per message |
+//! | `sendrecv_framed_<size>` | the same with a 40-byte header gathered in front by `sendmsg`, and `recvmsg` scattering the header aside and the payload into a new `Vec` (not zero-filled) | the least a transport pays that frames messages and hands the receiver its own buffer, as `courier::ipc` and ipc-channel both do |
 //! | `rtt_socket_<placement>_64b` | 64 B over a `SOCK_SEQPACKET` socketpair and back, two processes | any socket-based channel's round trip |
 //! | `rtt_eventfd_<placement>` | write an eventfd, the peer reads it and writes another back | a blocking wake-up each way, no payload |
 //! | `rtt_futex_<placement>` | the same with a shared futex word in a memfd | the cheapest blocking wake-up |
@@ -16,16 +18,21 @@
 //! waiter yields at once (spinning there only burns the time slice its peer
 //! needs); otherwise it polls 128 times between yields (a `pause` costs about
 //! 140 cycles on this CPU, so about 8 µs).
+//!
+//! `sendrecv_framed` calls `recvmsg` through `libc` (rustix's takes only
+//! initialised buffers, and zero-filling the payload is exactly the cost a
+//! floor must not include): the one `unsafe` use in this suite.
+#![allow(unsafe_code)]
 
 use std::hint::black_box;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
 use rustix::net::{
-    recv, send, socketpair, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType,
+    recv, send, sendmsg, socketpair, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType,
 };
 use rustix::thread::futex;
 
@@ -37,6 +44,11 @@ use crate::harness::{Case, Ctx, Result};
 
 /// memcpy sizes: 64 KiB (L2), 1 MiB (about the LLC slice), 8 MiB (memory).
 const COPY_SIZES: [u64; 3] = [64 << 10, 1 << 20, 8 << 20];
+/// Sizes of the one-thread send + receive cases: small, and the range where
+/// a message is one packet yet large enough for copies to matter.
+const SENDRECV_SIZES: [usize; 6] = [64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10];
+/// The framing header of `sendrecv_framed` (the size of `courier::ipc`'s).
+const FRAME_HEADER: usize = 40;
 /// The payload of the socket round trip.
 const RTT_BYTES: usize = 64;
 
@@ -57,6 +69,25 @@ const PLACEMENTS: [Placement; 3] = [Placement::Pinned, Placement::Unpinned, Plac
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     memcpy(ctx)?;
+    let sendrecv_samples = ctx.samples(30, 300);
+    for size in SENDRECV_SIZES {
+        // About 4 MiB per sample, at least 100 messages.
+        let sampler =
+            Sampler::new(sendrecv_samples).ops(((4 << 20) / size as u64).clamp(100, 10_000));
+        let case = Case::sized("sendrecv_plain", size as u64);
+        ctx.status(case.name());
+        ctx.record(
+            &case,
+            FLOOR,
+            "sendrecv_ns",
+            "ns",
+            &sendrecv(&sampler, size)?.wall_ns,
+        );
+        let case = Case::sized("sendrecv_framed", size as u64);
+        ctx.status(case.name());
+        let s = sendrecv_framed(&sampler, size)?;
+        ctx.record(&case, FLOOR, "sendrecv_ns", "ns", &s.wall_ns);
+    }
     let n = ctx.samples(10_000, 100_000);
     let spin_n = ctx.samples(50_000, 1_000_000);
     let warmup = (n / 10).max(100);
@@ -168,6 +199,50 @@ pub fn sendrecv(sampler: &Sampler, size: usize) -> Result<Sampled> {
             if n != size {
                 return Err(io::Error::other(format!("received {n} of {size} bytes")));
             }
+        }
+        Ok(())
+    })?;
+    Ok(sampled)
+}
+
+/// [`sendrecv`] as a framing transport must do it: `sendmsg` gathers a
+/// [`FRAME_HEADER`]-byte header and the payload into one packet; `recvmsg`
+/// scatters the header into a local array and the payload into a new
+/// `Vec`'s spare capacity, which becomes the received message.
+pub fn sendrecv_framed(sampler: &Sampler, size: usize) -> Result<Sampled> {
+    let (a, b) = seqpacket_pair()?;
+    let msg = vec![0x5au8; size];
+    let header = [0xc0u8; FRAME_HEADER];
+    let sampled = sampler.run(|ops| {
+        for _ in 0..ops {
+            let parts = [io::IoSlice::new(&header), io::IoSlice::new(&msg)];
+            sendmsg(&a, &parts, &mut Default::default(), SendFlags::empty())?;
+            let mut head = [0u8; FRAME_HEADER];
+            let mut payload = Vec::<u8>::with_capacity(size);
+            let mut iov = [
+                libc::iovec {
+                    iov_base: head.as_mut_ptr().cast(),
+                    iov_len: FRAME_HEADER,
+                },
+                libc::iovec {
+                    iov_base: payload.as_mut_ptr().cast(),
+                    iov_len: size,
+                },
+            ];
+            // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_iov = iov.as_mut_ptr();
+            hdr.msg_iovlen = iov.len();
+            // SAFETY: both iovecs point at writable memory of their length
+            // (`head`, and `payload`'s spare capacity of `size` bytes), which
+            // nothing else references during the call.
+            let n = unsafe { libc::recvmsg(b.as_raw_fd(), &mut hdr, 0) };
+            if n != (FRAME_HEADER + size) as isize {
+                return Err(io::Error::other(format!("received {n} of {size} bytes")));
+            }
+            // SAFETY: `recvmsg` wrote `size` bytes into the spare capacity.
+            unsafe { payload.set_len(size) };
+            black_box((head, payload));
         }
         Ok(())
     })?;
@@ -433,5 +508,15 @@ mod tests {
     fn sendrecv_moves_every_message() {
         let s = sendrecv(&Sampler::new(3).warmup(1).ops(10), 22).unwrap();
         assert_eq!((s.ops, s.wall_ns.len()), (10, 3));
+    }
+
+    #[test]
+    fn sendrecv_framed_moves_every_message_whole() {
+        // Any short read is an error, so finishing means every packet
+        // arrived whole, header and payload.
+        for size in [1, 8 << 10, 128 << 10] {
+            let s = sendrecv_framed(&Sampler::new(2).warmup(1).ops(5), size).unwrap();
+            assert_eq!((s.ops, s.wall_ns.len()), (5, 2));
+        }
     }
 }
