@@ -746,6 +746,46 @@ fn a_refused_large_message_leaves_no_trace() {
 }
 
 #[test]
+fn a_refused_fragmented_message_fails_its_send_not_the_channel() {
+    let _check = fd_check();
+    with_config(
+        |c| c.large_messages = LargeMessages::Fragments,
+        || {
+            let (tx, rx) = ipc::bytes_channel().unwrap();
+            rx.set_max_message_size(1000);
+            // Larger than the socket buffer: the sender blocks on the
+            // carrier until the receiver refuses the message and closes it.
+            let sender = std::thread::spawn(move || {
+                let refused = tx.send(&pattern(8 << 20, 4));
+                (refused, tx)
+            });
+            assert!(matches!(
+                expect_wire_error(rx.recv(), "refused"),
+                Some(WireError::TooLarge { .. })
+            ));
+            // The next receive drops the refused message's descriptor packet
+            // (it may still be on its way), closing the receiver's copy of
+            // the carrier.
+            assert!(matches!(
+                rx.try_recv_timeout(Duration::from_millis(100)),
+                Err(TryRecvError::Empty)
+            ));
+            let (refused, tx) = sender.join().unwrap();
+            assert_eq!(
+                refused.unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionAborted
+            );
+            // The channel itself is fine.
+            tx.send(b"small").unwrap();
+            assert_eq!(rx.recv().unwrap(), b"small");
+            drop(rx);
+            let gone = tx.send(b"gone").unwrap_err();
+            assert_eq!(gone.kind(), std::io::ErrorKind::BrokenPipe);
+        },
+    );
+}
+
+#[test]
 fn a_fragmented_message_may_fit_its_first_packet() {
     let _check = fd_check();
     // What a sender produces when `ENOBUFS` made it fragment a small message.

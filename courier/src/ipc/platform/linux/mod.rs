@@ -404,18 +404,42 @@ impl OsSender {
             }
         }
         self.send_fds(channels, Some(carrier_rx.as_fd()), tag)?;
-        drop(carrier_rx); // the receiver holds its own copy now
-                          // The rest: on the dedicated socket, blocking until the receiver reads.
+        // The receiver holds its own copy of the carrier now.
+        drop(carrier_rx);
+        // The rest: on the dedicated socket, blocking until the receiver reads.
         while rest.remaining() > 0 {
             iov.clear();
             let len = next_bytes(&rest, packet & !7, &mut iov);
             match socket::send(carrier_tx.as_fd(), &iov, &[]) {
                 Ok(_) => rest.advance(len),
                 Err(Errno::NOBUFS) if packet / 2 >= MIN_PACKET => packet /= 2,
+                Err(Errno::PIPE | Errno::CONNRESET) => return Err(self.carrier_closed()),
                 Err(e) => return Err(e.into()),
             }
         }
         Ok(())
+    }
+
+    /// The receiver closed a message's carrier before its end: it refused
+    /// the message (over its size limit) or gave up on it (its fragments
+    /// took longer than the fragment timeout), or it is gone altogether,
+    /// which only the last case makes a `Disconnected`.
+    #[cold]
+    fn carrier_closed(&self) -> SendError {
+        // A socket whose peer is closed always polls as hung up.
+        let mut fds = [PollFd::new(&self.inner.fd, PollFlags::empty())];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(_) if fds[0].revents().contains(PollFlags::HUP) => SendError::Disconnected,
+            _ => SendError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the receiver gave this message up before its end \
+                 (over its size limit, or past its fragment timeout)",
+            )),
+        }
     }
 }
 
