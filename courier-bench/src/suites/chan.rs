@@ -449,95 +449,116 @@ fn select_both<P: Peer>(kind: Kind, n: usize) -> Option<Duration> {
 /// The untimed warm-up run of every case moves a tenth of a sample's messages.
 const WARM_UP_DIVISOR: usize = 10;
 
-/// Runs `run(m)` (which moves `m` messages and returns the time it took, clocked by the threads
-/// themselves) once untimed with a few messages, then `samples` times with `messages`, and
-/// records `msg_ns` (per message) and `msgs_per_s` for `subject` in `case`.
-pub(crate) fn measure(
+/// A subject's run of one sample: moves `m` messages and returns the time it took, clocked by
+/// the threads themselves (`None`: the subject cannot express the case, or got stuck: see
+/// [`run_threads`]).
+pub(crate) type Runner = Box<dyn FnMut(usize) -> Option<Duration>>;
+
+/// Measures every subject of `case`: each runs once untimed with a tenth of the messages, then
+/// the subjects take turns, one sample each per round, for `samples` rounds. Taking turns puts
+/// the slow drifts of a shared machine (other jobs, the other vCPU's load) on every subject
+/// alike, instead of on whichever ran last. Records `msg_ns` (per message) and `msgs_per_s`.
+pub(crate) fn measure_interleaved(
     ctx: &mut Ctx<'_>,
     case: &Case,
-    subject: &str,
+    subjects: Vec<(&'static str, Runner)>,
     samples: usize,
     messages: usize,
-    mut run: impl FnMut(usize) -> Option<Duration>,
 ) {
-    ctx.status(format!("{} · {subject}", case.name()));
-    let warm_up = Instant::now();
-    if run((messages / WARM_UP_DIVISOR).max(THREADS)).is_none() {
-        // The subject cannot express this case, or got stuck (see `run_threads`).
-        let limit = stuck_after((messages / WARM_UP_DIVISOR).max(THREADS));
-        if warm_up.elapsed() >= limit {
+    struct Live {
+        name: &'static str,
+        run: Runner,
+        ns: Vec<f64>,
+        stuck: bool,
+    }
+    let warm = (messages / WARM_UP_DIVISOR).max(THREADS);
+    let mut live = Vec::with_capacity(subjects.len());
+    for (name, mut run) in subjects {
+        ctx.status(format!("{} · {name}", case.name()));
+        let started = Instant::now();
+        if run(warm).is_some() {
+            let ns = Vec::with_capacity(samples);
+            live.push(Live {
+                name,
+                run,
+                ns,
+                stuck: false,
+            });
+        } else if started.elapsed() >= stuck_after(warm) {
             ctx.note(format!(
-                "{} · {subject}: did not finish in {limit:?}",
-                case.name()
+                "{} · {name}: did not finish in {:?}",
+                case.name(),
+                stuck_after(warm)
             ));
         }
-        return;
     }
-    let mut ns = Vec::with_capacity(samples);
     for _ in 0..samples {
-        match run(messages) {
-            Some(d) => ns.push(d.as_nanos() as f64 / messages as f64),
-            None => {
-                let limit = stuck_after(messages);
-                ctx.note(format!(
-                    "{} · {subject}: a sample did not finish in {limit:?}",
-                    case.name()
-                ));
-                return;
+        for subject in live.iter_mut().filter(|s| !s.stuck) {
+            ctx.status(format!("{} · {}", case.name(), subject.name));
+            match (subject.run)(messages) {
+                Some(d) => subject.ns.push(d.as_nanos() as f64 / messages as f64),
+                None => {
+                    subject.stuck = true;
+                    ctx.note(format!(
+                        "{} · {}: a sample did not finish in {:?}",
+                        case.name(),
+                        subject.name,
+                        stuck_after(messages)
+                    ));
+                }
             }
         }
     }
-    let per_s: Vec<f64> = ns.iter().map(|ns| 1e9 / ns).collect();
-    ctx.record(case, subject, "msg_ns", "ns", &ns);
-    ctx.record(case, subject, "msgs_per_s", "msgs/s", &per_s);
+    for subject in live.into_iter().filter(|s| !s.stuck) {
+        let per_s: Vec<f64> = subject.ns.iter().map(|ns| 1e9 / ns).collect();
+        ctx.record(case, subject.name, "msg_ns", "ns", &subject.ns);
+        ctx.record(case, subject.name, "msgs_per_s", "msgs/s", &per_s);
+    }
 }
 
-fn cases_for<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, samples: usize) {
-    let t = THREADS;
-    let label = kind.label();
-    let case = |scenario: &str| Case::new(format!("{scenario}_{label}"));
-    // Counts divisible by T, so every thread moves the same number of messages.
-    let n = n / t * t;
-    if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
-        measure(ctx, &case("seq"), P::NAME, samples, n, |m| {
-            Some(seq::<P>(kind, m))
-        });
+/// The scenarios of crossbeam-channel's benchmarks.
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    Seq,
+    Spsc,
+    Mpsc,
+    Mpmc,
+    SelectRx,
+    SelectBoth,
+}
+
+impl Scenario {
+    fn case(self, kind: Kind) -> Case {
+        let t = THREADS as u64;
+        let (name, tasks) = match self {
+            Scenario::Seq => ("seq", 1),
+            Scenario::Spsc => ("spsc", 2),
+            Scenario::Mpsc => ("mpsc", t),
+            Scenario::Mpmc => ("mpmc", 2 * t),
+            Scenario::SelectRx => ("select_rx", t + 1),
+            Scenario::SelectBoth => ("select_both", 2 * t),
+        };
+        let case = Case::new(format!("{name}_{}", kind.label()));
+        // As before: seq and spsc carry no task count.
+        match self {
+            Scenario::Seq | Scenario::Spsc => case,
+            _ => case.tasks(tasks),
+        }
     }
-    measure(ctx, &case("spsc"), P::NAME, samples, n, |m| {
-        xpxc::<P>(kind, m, 1, 1)
-    });
-    measure(
-        ctx,
-        &case("mpsc").tasks(t as u64),
-        P::NAME,
-        samples,
-        n,
-        |m| xpxc::<P>(kind, m, t, 1),
-    );
-    measure(
-        ctx,
-        &case("mpmc").tasks(2 * t as u64),
-        P::NAME,
-        samples,
-        n,
-        |m| xpxc::<P>(kind, m, t, t),
-    );
-    measure(
-        ctx,
-        &case("select_rx").tasks(t as u64 + 1),
-        P::NAME,
-        samples,
-        n,
-        |m| select_rx::<P>(kind, m),
-    );
-    measure(
-        ctx,
-        &case("select_both").tasks(2 * t as u64),
-        P::NAME,
-        samples,
-        n,
-        |m| select_both::<P>(kind, m),
-    );
+
+    /// `P`'s run of this scenario.
+    fn runner<P: Peer>(self, kind: Kind) -> (&'static str, Runner) {
+        let t = THREADS;
+        let run: Runner = match self {
+            Scenario::Seq => Box::new(move |m| Some(seq::<P>(kind, m))),
+            Scenario::Spsc => Box::new(move |m| xpxc::<P>(kind, m, 1, 1)),
+            Scenario::Mpsc => Box::new(move |m| xpxc::<P>(kind, m, t, 1)),
+            Scenario::Mpmc => Box::new(move |m| xpxc::<P>(kind, m, t, t)),
+            Scenario::SelectRx => Box::new(move |m| select_rx::<P>(kind, m)),
+            Scenario::SelectBoth => Box::new(move |m| select_both::<P>(kind, m)),
+        };
+        (P::NAME, run)
+    }
 }
 
 /// Messages per sample: quick, and `--full` (the issue's million).
@@ -555,19 +576,32 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         Kind::BoundedN(n),
         Kind::Unbounded,
     ] {
-        cases_for::<Courier>(ctx, kind, n, samples);
-        if matches!(kind, Kind::BoundedN(_) | Kind::Unbounded) {
-            let case = Case::new(format!("seq_{}", kind.label()));
-            measure(ctx, &case, "courier-local", samples, n, |m| {
-                Some(seq_local(kind, m))
-            });
+        // Counts divisible by T, so every thread moves the same number of messages.
+        let n = n / THREADS * THREADS;
+        let buffered = matches!(kind, Kind::BoundedN(_) | Kind::Unbounded);
+        for scenario in [
+            Scenario::Seq,
+            Scenario::Spsc,
+            Scenario::Mpsc,
+            Scenario::Mpmc,
+            Scenario::SelectRx,
+            Scenario::SelectBoth,
+        ] {
+            if matches!(scenario, Scenario::Seq) && !buffered {
+                continue;
+            }
+            let mut subjects = vec![scenario.runner::<Courier>(kind)];
+            if matches!(scenario, Scenario::Seq) {
+                subjects.push(("courier-local", Box::new(move |m| Some(seq_local(kind, m)))));
+            }
+            subjects.push(scenario.runner::<Crossbeam>(kind));
+            subjects.push(scenario.runner::<Flume>(kind));
+            subjects.push(scenario.runner::<StdMpsc>(kind));
+            measure_interleaved(ctx, &scenario.case(kind), subjects, samples, n);
         }
-        cases_for::<Crossbeam>(ctx, kind, n, samples);
-        cases_for::<Flume>(ctx, kind, n, samples);
-        cases_for::<StdMpsc>(ctx, kind, n, samples);
     }
     ctx.note(format!(
-        "{n} messages per sample, {samples} sample(s) after a warm-up of a tenth as many; T = {THREADS} threads per side; \
+        "{n} messages per sample, {samples} sample(s) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");

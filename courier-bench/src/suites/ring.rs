@@ -13,7 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::chan::{measure, time_threads, Courier, Crossbeam, Flume, Kind, Peer, StdMpsc};
+use super::chan::{
+    measure_interleaved, time_threads, Courier, Crossbeam, Flume, Kind, Peer, Runner, StdMpsc,
+};
 use crate::harness::{Case, Ctx, Result};
 
 /// Ring sizes measured.
@@ -71,11 +73,9 @@ pub(crate) fn local_ring(kind: Kind, n: usize, per_task: usize) -> Duration {
     start.elapsed()
 }
 
-fn ring_case<P: Peer>(ctx: &mut Ctx<'_>, kind: Kind, n: usize, total: usize, samples: usize) {
-    let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
-    measure(ctx, &case, P::NAME, samples, total / n * n, |m| {
-        thread_ring::<P>(kind, n, m / n)
-    });
+/// `P`'s ring of `n` threads.
+fn ring_runner<P: Peer>(kind: Kind, n: usize) -> (&'static str, Runner) {
+    (P::NAME, Box::new(move |m| thread_ring::<P>(kind, n, m / n)))
 }
 
 /// Messages per sample: quick, and `--full` (seed 003's million).
@@ -89,20 +89,22 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let samples = ctx.samples(3, 1);
     for kind in [Kind::Bounded1, Kind::Unbounded, Kind::Bounded0] {
         for n in TASKS {
-            ring_case::<Courier>(ctx, kind, n, total, samples);
+            let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
+            let mut subjects = vec![ring_runner::<Courier>(kind, n)];
             if kind != Kind::Bounded0 {
-                let case = Case::new(format!("ring_{}_{n}", kind.label())).tasks(n as u64);
-                measure(ctx, &case, "courier-local", samples, total / n * n, |m| {
-                    Some(local_ring(kind, n, m / n))
-                });
+                subjects.push((
+                    "courier-local",
+                    Box::new(move |m| Some(local_ring(kind, n, m / n))),
+                ));
             }
-            ring_case::<Crossbeam>(ctx, kind, n, total, samples);
-            ring_case::<Flume>(ctx, kind, n, total, samples);
-            ring_case::<StdMpsc>(ctx, kind, n, total, samples);
+            subjects.push(ring_runner::<Crossbeam>(kind, n));
+            subjects.push(ring_runner::<Flume>(kind, n));
+            subjects.push(ring_runner::<StdMpsc>(kind, n));
+            measure_interleaved(ctx, &case, subjects, samples, total / n * n);
         }
     }
     ctx.note(format!(
-        "{total} messages per sample, {samples} sample(s) after a warm-up; N tasks = N threads; \
+        "{total} messages per sample, {samples} sample(s) after a warm-up, subjects taking turns; N tasks = N threads; \
          buffered rings circulate N messages at once (send, then receive), the bounded0 ring one"
     ));
     ctx.note(
