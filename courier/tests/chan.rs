@@ -394,6 +394,91 @@ fn select_rendezvous_both_sides_select() {
 
 // ===== oneshot, local =====
 
+/// `select!`: the arm of the ready operation runs, with its result bound by the pattern.
+#[test]
+fn select_macro_runs_the_ready_arm() {
+    let (tx1, rx1) = chan::unbounded::<u32>();
+    let (tx2, rx2) = chan::bounded::<u32>(1);
+    tx2.send(2).unwrap();
+    let got = courier::select! {
+        recv(rx1) -> msg => ("rx1", msg),
+        recv(rx2) -> msg => ("rx2", msg),
+    };
+    assert_eq!(got, ("rx2", Ok(2)));
+    // Block bodies without commas, and a send arm whose message is built only if chosen.
+    let built = AtomicUsize::new(0);
+    let (full, _keep) = chan::bounded::<u32>(1);
+    full.send(0).unwrap();
+    let sent = courier::select! {
+        send(full, { built.fetch_add(1, Ordering::SeqCst); 9 }) -> res => { res.is_ok() }
+        send(tx1, { built.fetch_add(1, Ordering::SeqCst); 1 }) -> res => { res.unwrap(); true }
+    };
+    assert!(sent);
+    assert_eq!(
+        built.load(Ordering::SeqCst),
+        1,
+        "only the chosen arm builds its message"
+    );
+    assert_eq!(rx1.try_recv(), Ok(1));
+}
+
+#[test]
+fn select_macro_defaults() {
+    let (tx, rx) = chan::unbounded::<u32>();
+    let now = courier::select! {
+        recv(rx) -> msg => msg.ok(),
+        default => None,
+    };
+    assert_eq!(now, None);
+    let start = Instant::now();
+    let later = courier::select! {
+        recv(rx) -> msg => msg.ok(),
+        default(Duration::from_millis(20)) => None,
+    };
+    assert_eq!(later, None);
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    tx.send(5).unwrap();
+    let ready = courier::select! {
+        recv(rx) -> msg => msg.ok(),
+        default(Duration::from_secs(5)) => None,
+    };
+    assert_eq!(ready, Some(5));
+}
+
+#[test]
+fn select_macro_waits_and_sees_disconnection() {
+    let (tx1, rx1) = chan::bounded::<u32>(0);
+    let (tx2, rx2) = chan::bounded::<u32>(0);
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(5));
+        tx2.send(22).unwrap();
+        drop(tx1);
+    });
+    let mut seen = Vec::new();
+    // Control flow inside the arms is the caller's: `break` leaves the loop.
+    loop {
+        courier::select! {
+            recv(rx1) -> msg => match msg {
+                Ok(v) => seen.push(v),
+                Err(RecvError) => break,
+            },
+            recv(rx2) -> msg => match msg {
+                Ok(v) => seen.push(v),
+                Err(RecvError) => break,
+            },
+        }
+    }
+    assert_eq!(seen, [22]);
+    t.join().unwrap();
+    // A send to a channel whose receivers are gone hands the message back.
+    let (tx, rx) = chan::unbounded::<u32>();
+    drop(rx);
+    let back = courier::select! {
+        send(tx, 3) -> res => res,
+    };
+    assert_eq!(back, Err(SendError(3)));
+}
+
 #[test]
 fn oneshot_delivers_once() {
     let (tx, rx) = chan::oneshot();

@@ -56,62 +56,64 @@ impl Backoff {
 
 // ===== before parking: yield (threads) or spin (fibers) =====
 
-/// One polling waiter per channel side: the right to spin or yield before parking.
+/// The waiters of one channel side that are polling before they park.
 ///
-/// Polling pays when the peer is about to answer. With several tasks waiting on the same side
-/// (4 senders on a full `bounded(1)`), only one of them can be answered next, and the others,
-/// yielding in turn, would take most of the CPU time from the receiver that has to make room
-/// (measured: 1.8 µs per message against crossbeam's 66 ns on `mpsc_bounded1`). So the first
-/// waiter polls and the others park at once; and a peer that makes the side ready while a
-/// waiter polls leaves the wake-up to that poller (it takes what became ready within a
-/// microsecond) instead of waking a parked one (a futex wake on the peer's critical path).
+/// Every waiter polls first ([`spin_then_yield`]); a peer that makes the side ready while one
+/// of them polls leaves the wake-up to the pollers (one of them takes what became ready within
+/// a microsecond) instead of waking a parked waiter, a futex wake on the peer's critical path.
 ///
-/// Not under loom: models never poll, and the right is never taken.
-pub(crate) struct PollRight {
-    taken: crate::sync::atomic::AtomicBool,
+/// An earlier rule let only the first waiter of a side poll and parked the others at once. In
+/// interleaved runs of `courier-bench chan` and `ring` (session 2, BENCHMARKS.md "ring and
+/// chan") letting all poll took `mpmc_bounded0` from 1.3-1.4 µs to 0.8-0.9 µs per message,
+/// `mpsc_bounded1` from 1.6-1.8 µs to 1.3-1.6 µs and `mpmc_bounded1` from 2.1-2.7 µs to
+/// 1.3-1.5 µs, with the rings unchanged within noise.
+///
+/// Not under loom: models never poll.
+pub(crate) struct Pollers {
+    count: crate::sync::atomic::AtomicUsize,
 }
 
-/// Holds a side's [`PollRight`]; gives it back on drop.
-pub(crate) struct Polling<'a>(&'a PollRight);
+/// Counts one waiter among its side's [`Pollers`] until dropped.
+pub(crate) struct Polling<'a>(&'a Pollers);
 
-impl PollRight {
-    pub(crate) fn new() -> PollRight {
-        PollRight {
-            taken: crate::sync::atomic::AtomicBool::new(false),
+impl Pollers {
+    pub(crate) fn new() -> Pollers {
+        Pollers {
+            count: crate::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// Takes the right to poll, if no other waiter of this side holds it.
+    /// Counts the caller as polling (`None` under loom: models never poll).
     #[inline]
-    pub(crate) fn try_take(&self) -> Option<Polling<'_>> {
-        use crate::sync::atomic::Ordering;
+    pub(crate) fn enter(&self) -> Option<Polling<'_>> {
         if cfg!(loom) {
             return None;
         }
-        // SeqCst: see `is_taken`.
-        (!self.taken.load(Ordering::Relaxed) && !self.taken.swap(true, Ordering::SeqCst))
-            .then_some(Polling(self))
+        // SeqCst: see `any`.
+        self.count
+            .fetch_add(1, crate::sync::atomic::Ordering::SeqCst);
+        Some(Polling(self))
     }
 
     /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
     /// may skip waking anyone.
     ///
-    /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load reads `true`, it comes
-    /// before the poller's SeqCst store of `false` in the SeqCst order, so the poller's
-    /// re-check after it registers (SeqCst loads, after that store) sees the notifier's change:
-    /// a poller that gives up still finds what it was not woken for.
+    /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load counts a poller, it comes
+    /// before that poller's SeqCst decrement in the SeqCst order, so the poller's re-check after
+    /// it registers (SeqCst loads, after the decrement) sees the notifier's change: a poller
+    /// that gives up still finds what it was not woken for.
     #[inline]
-    pub(crate) fn is_taken(&self) -> bool {
-        self.taken.load(crate::sync::atomic::Ordering::SeqCst)
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(crate::sync::atomic::Ordering::SeqCst) != 0
     }
 }
 
 impl Drop for Polling<'_> {
     fn drop(&mut self) {
-        // SYNC POINT: see `PollRight::is_taken`.
+        // SYNC POINT: see `Pollers::any`.
         self.0
-            .taken
-            .store(false, crate::sync::atomic::Ordering::SeqCst);
+            .count
+            .fetch_sub(1, crate::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -386,3 +386,126 @@ impl Drop for SelectedOperation<'_> {
         }
     }
 }
+
+/// Waits on several channel operations and runs the arm of the one that completes: the
+/// [`Select`] builder in the shape of crossbeam-channel's `select!`.
+///
+/// ```text
+/// select! {
+///     recv(receiver) -> result => body,          // result: Result<T, RecvError>
+///     send(sender, message) -> result => body,   // result: Result<(), SendError<T>>
+///     default => body,                           // optional: none ready now
+///     default(timeout) => body,                  // or: none ready within `timeout`
+/// }
+/// ```
+///
+/// Each channel expression is evaluated once, before waiting; a `send` arm's message
+/// expression only if that arm is chosen. Bodies are plain code in the caller's function
+/// (`return`, `break`, `?` work as written); every body has the same type, which is the value
+/// of the `select!`. Without a `default` arm it blocks until some operation can complete; a
+/// disconnected channel counts as ready (its arm gets the `Err`).
+///
+/// ```
+/// use std::time::Duration;
+/// use courier::chan;
+///
+/// let (tx1, rx1) = chan::unbounded::<i32>();
+/// let (tx2, rx2) = chan::bounded::<&str>(1);
+/// tx1.send(7).unwrap();
+///
+/// let got = courier::select! {
+///     recv(rx1) -> msg => format!("rx1: {}", msg.unwrap()),
+///     send(tx2, "hi") -> res => { res.unwrap(); "sent".to_owned() }
+///     default(Duration::from_millis(10)) => "nothing".to_owned(),
+/// };
+/// assert!(got == "rx1: 7" || got == "sent");
+/// # drop(rx2);
+/// ```
+#[macro_export]
+macro_rules! select {
+    ($($arms:tt)+) => {{
+        let mut __courier_select = $crate::chan::Select::new();
+        match $crate::__select_arms!(__courier_select; $($arms)+) {
+            ::core::result::Result::Ok(__courier_value) => __courier_value,
+            ::core::result::Result::Err(__courier_op) => ::core::unreachable!(
+                "select! chose operation {}, which no arm registered",
+                __courier_op.index()
+            ),
+        }
+    }};
+}
+
+/// The arms of [`select!`]: each registers its operation, lets the arms after it (and
+/// finally the wait) run, and completes its operation if the select chose it. Yields
+/// `Ok(value)` once an arm ran, `Err(operation)` while no arm has claimed the choice.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_arms {
+    // recv, with a block body, then an optional comma.
+    ($sel:ident; recv($rx:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select_arms!(@recv $sel; ($rx) ($res) ($body) $($rest)*)
+    };
+    ($sel:ident; recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_arms!(@recv $sel; ($rx) ($res) ($body) $($rest)*)
+    };
+    // recv, with an expression body.
+    ($sel:ident; recv($rx:expr) -> $res:pat => $body:expr, $($rest:tt)*) => {
+        $crate::__select_arms!(@recv $sel; ($rx) ($res) ($body) $($rest)*)
+    };
+    ($sel:ident; recv($rx:expr) -> $res:pat => $body:expr) => {
+        $crate::__select_arms!(@recv $sel; ($rx) ($res) ($body))
+    };
+    // send, the same four shapes.
+    ($sel:ident; send($tx:expr, $msg:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select_arms!(@send $sel; ($tx) ($msg) ($res) ($body) $($rest)*)
+    };
+    ($sel:ident; send($tx:expr, $msg:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_arms!(@send $sel; ($tx) ($msg) ($res) ($body) $($rest)*)
+    };
+    ($sel:ident; send($tx:expr, $msg:expr) -> $res:pat => $body:expr, $($rest:tt)*) => {
+        $crate::__select_arms!(@send $sel; ($tx) ($msg) ($res) ($body) $($rest)*)
+    };
+    ($sel:ident; send($tx:expr, $msg:expr) -> $res:pat => $body:expr) => {
+        $crate::__select_arms!(@send $sel; ($tx) ($msg) ($res) ($body))
+    };
+    // The last arm may be a default: wait not at all, or at most a timeout.
+    ($sel:ident; default => $body:expr $(,)?) => {
+        match $sel.try_select() {
+            ::core::result::Result::Ok(__op) => ::core::result::Result::Err(__op),
+            ::core::result::Result::Err(_) => ::core::result::Result::Ok($body),
+        }
+    };
+    ($sel:ident; default($timeout:expr) => $body:expr $(,)?) => {
+        match $sel.select_timeout($timeout) {
+            ::core::result::Result::Ok(__op) => ::core::result::Result::Err(__op),
+            ::core::result::Result::Err(_) => ::core::result::Result::Ok($body),
+        }
+    };
+    // No arm left: wait.
+    ($sel:ident;) => {
+        ::core::result::Result::Err($sel.select())
+    };
+
+    (@recv $sel:ident; ($rx:expr) ($res:pat) ($body:expr) $($rest:tt)*) => {{
+        let __rx = &$rx;
+        let __index = $sel.recv(__rx);
+        match $crate::__select_arms!($sel; $($rest)*) {
+            ::core::result::Result::Err(__op) if __op.index() == __index => {
+                let $res = __op.recv(__rx);
+                ::core::result::Result::Ok($body)
+            }
+            __other => __other,
+        }
+    }};
+    (@send $sel:ident; ($tx:expr) ($msg:expr) ($res:pat) ($body:expr) $($rest:tt)*) => {{
+        let __tx = &$tx;
+        let __index = $sel.send(__tx);
+        match $crate::__select_arms!($sel; $($rest)*) {
+            ::core::result::Result::Err(__op) if __op.index() == __index => {
+                let $res = __op.send(__tx, $msg);
+                ::core::result::Result::Ok($body)
+            }
+            __other => __other,
+        }
+    }};
+}

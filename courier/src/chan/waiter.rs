@@ -41,7 +41,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use super::backoff::{spin_then_yield, Backoff, PollRight};
+use super::backoff::{spin_then_yield, Backoff, Pollers};
 #[cfg(loom)]
 use crate::sync::atomic::fence;
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -633,8 +633,8 @@ impl WaitList {
 pub(crate) struct SyncWaitList {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
-    /// Which waiter of this side may poll before parking.
-    poll: PollRight,
+    /// The waiters of this side polling before they park.
+    pollers: Pollers,
 }
 
 impl SyncWaitList {
@@ -642,15 +642,15 @@ impl SyncWaitList {
         SyncWaitList {
             list: Mutex::new(WaitList::new()),
             is_empty: AtomicBool::new(true),
-            poll: PollRight::new(),
+            pollers: Pollers::new(),
         }
     }
 
-    /// Runs `attempt` while this side's poller waits (see `backoff::PollRight`): `None` if
-    /// another waiter of this side is polling already, or the poll ran out.
+    /// Runs `attempt` while the caller polls (see `backoff::Pollers`): `None` if the poll ran
+    /// out (or under loom, where nobody polls).
     #[inline]
     pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
-        let _polling = self.poll.try_take()?;
+        let _polling = self.pollers.enter()?;
         spin_then_yield(current_may_spin(), current_may_yield(), attempt)
     }
 
@@ -683,7 +683,7 @@ impl SyncWaitList {
         // The caller changed the channel with a SeqCst RMW before (x86: this load is a plain
         // `mov`, no fence on the fast path).
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) && !self.poll.is_taken() {
+        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.any() {
             self.notify_slow();
         }
     }
@@ -695,7 +695,7 @@ impl SyncWaitList {
     pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
         // SYNC POINT: as in `notify`.
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) && !self.poll.is_taken() {
+        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.any() {
             self.notify_slow_with(help);
         }
     }

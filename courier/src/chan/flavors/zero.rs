@@ -16,7 +16,7 @@
 use std::ptr;
 use std::time::Instant;
 
-use crate::chan::backoff::{Backoff, PollRight};
+use crate::chan::backoff::{Backoff, Pollers};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::waiter::{Context, Operation, Selected, WaitList};
@@ -86,8 +86,8 @@ struct Inner {
 pub(crate) struct Channel<T> {
     inner: Mutex<Inner>,
     /// Which blocked sender / receiver may poll its claim word before parking.
-    senders_poll: PollRight,
-    receivers_poll: PollRight,
+    senders_poll: Pollers,
+    receivers_poll: Pollers,
     _marker: std::marker::PhantomData<T>,
 }
 
@@ -99,8 +99,8 @@ impl<T> Channel<T> {
                 receivers: WaitList::new(),
                 is_disconnected: false,
             }),
-            senders_poll: PollRight::new(),
-            receivers_poll: PollRight::new(),
+            senders_poll: Pollers::new(),
+            receivers_poll: Pollers::new(),
             _marker: std::marker::PhantomData,
         }
     }
@@ -243,7 +243,7 @@ impl<T> Channel<T> {
                 .senders
                 .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            let polling = self.senders_poll.try_take();
+            let polling = self.senders_poll.enter();
             match cx.wait_until(deadline, polling.is_some()) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
@@ -301,7 +301,7 @@ impl<T> Channel<T> {
                 .receivers
                 .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
             drop(inner);
-            let polling = self.receivers_poll.try_take();
+            let polling = self.receivers_poll.enter();
             match cx.wait_until(deadline, polling.is_some()) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
