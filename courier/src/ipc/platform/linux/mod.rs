@@ -154,41 +154,51 @@ enum Inline {
     Fds(Errno),
 }
 
-/// A fresh tag for a message with descriptors: unique across threads and
-/// processes, and unguessable by another sender on the same channel (so it
-/// cannot slip its descriptors into someone else's message; co-senders never
-/// see the tags, only the receiver does).
+/// A fresh tag for a message with descriptors, from the kernel's generator:
+/// unique across threads and processes, and unguessable by another sender on
+/// the same channel (so it cannot slip its descriptors into someone else's
+/// message), even one that receives this thread's other messages: tags are
+/// independent random numbers, not a stream an observer could extrapolate.
 ///
-/// Each thread draws from its own SplitMix64 stream (a bijection of a
-/// counter, so a stream never repeats within 2^64 tags) seeded from the
-/// kernel's generator on first use. A forked child inherits its parent's
-/// streams, so `fork` bumps [`FORKS`] and a stream seeded before the last
-/// fork is reseeded: parent and child never share tags. Asking the kernel for
-/// every tag instead cost one `getrandom` system call per message (~0.3 µs).
+/// Each thread keeps a pool of [`TAG_POOL`] tags filled by one `getrandom`
+/// call: asking the kernel for every tag cost one system call per message
+/// (~0.3 µs). A forked child inherits its parent's pools, so `fork` bumps
+/// [`FORKS`] and a pool filled before the last fork is refilled: parent and
+/// child never share tags.
 fn random_tag() -> u64 {
-    TAGS.with(|stream| {
-        let (mut seeded_at, mut state) = stream.get();
+    TAGS.with_borrow_mut(|pool| {
         let forks = FORKS.load(Ordering::Relaxed);
-        if seeded_at != Some(forks) {
+        if pool.left == 0 || pool.filled_at != Some(forks) {
             watch_forks();
-            seeded_at = Some(forks);
-            state = kernel_random();
+            kernel_random(&mut pool.tags);
+            pool.left = pool.tags.len();
+            pool.filled_at = Some(forks);
         }
-        // SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom
-        // number generators", OOPSLA 2014).
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        stream.set((seeded_at, state));
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        pool.left -= 1;
+        pool.tags[pool.left]
     })
 }
 
+/// Tags drawn from the kernel at once.
+const TAG_POOL: usize = 32;
+
+/// A thread's unused tags.
+struct TagPool {
+    tags: [u64; TAG_POOL],
+    /// Tags not handed out yet: `tags[..left]`.
+    left: usize,
+    /// The [`FORKS`] count when the pool was filled.
+    filled_at: Option<u64>,
+}
+
 thread_local! {
-    /// This thread's tag stream: the [`FORKS`] count it was seeded at, and
-    /// its state.
-    static TAGS: Cell<(Option<u64>, u64)> = const { Cell::new((None, 0)) };
+    static TAGS: RefCell<TagPool> = const {
+        RefCell::new(TagPool {
+            tags: [0; TAG_POOL],
+            left: 0,
+            filled_at: None,
+        })
+    };
 }
 
 /// Forks this process has seen since tags were first drawn (in the child of
@@ -205,25 +215,30 @@ fn watch_forks() {
         // SAFETY: `in_child` only does an atomic add, which is
         // async-signal-safe (what a handler run in a forked child may do).
         let failed = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        // Only for lack of memory; the child would then share its parent's
-        // streams, which still differ from every other process's.
+        // Only for lack of memory; a child could then hand out the rest of
+        // its parent's pool (the same tags as the parent, until refilled).
         debug_assert_eq!(failed, 0, "pthread_atfork failed");
     });
 }
 
-/// 64 bits from the kernel's generator.
-fn kernel_random() -> u64 {
-    let mut bytes = [0u8; 8];
+/// Fills `out` from the kernel's generator.
+fn kernel_random(out: &mut [u64; TAG_POOL]) {
+    let mut bytes = [0u8; TAG_POOL * 8];
     let mut filled = 0;
     while filled < bytes.len() {
         match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
             Ok(n) => filled += n,
             Err(Errno::INTR) => {}
-            // No kernel generator (pre-3.17): fall back to std's random seed.
-            Err(_) => return fallback_random(),
+            // No kernel generator (pre-3.17): fall back to std's random seeds.
+            Err(_) => {
+                out.iter_mut().for_each(|tag| *tag = fallback_random());
+                return;
+            }
         }
     }
-    u64::from_le_bytes(bytes)
+    for (tag, chunk) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+        *tag = u64::from_le_bytes(chunk.try_into().expect("8-byte chunks"));
+    }
 }
 
 fn fallback_random() -> u64 {
@@ -1060,8 +1075,8 @@ pub(crate) fn connect(name: &str) -> std::io::Result<OsSender> {
 mod tests {
     use super::*;
 
-    /// Without the reseed, a forked child's next tag would equal its
-    /// parent's next tag (they continue the same stream).
+    /// Without the refill, a forked child's next tag would equal its
+    /// parent's next tag (both take the next one of the same pool).
     #[test]
     fn a_forked_child_draws_other_tags_than_its_parent() {
         let _ = random_tag();
