@@ -155,13 +155,13 @@ impl<T> Channel<T> {
     }
 
     /// Reserves a slot to write into. `false`: full. `true` with a null slot: disconnected.
-    pub(crate) fn start_send(&self, token: &mut Token) -> bool {
+    fn reserve_send(&self, token: &mut ArrayToken) -> bool {
         let mut backoff = Backoff::new();
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
             if tail & self.mark_bit != 0 {
-                token.array.slot = ptr::null();
-                token.array.stamp = 0;
+                token.slot = ptr::null();
+                token.stamp = 0;
                 return true;
             }
             let slot = &self.buffer[tail & (self.mark_bit - 1)];
@@ -177,8 +177,8 @@ impl<T> Channel<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        token.array.slot = slot as *const Slot<T> as *const u8;
-                        token.array.stamp = tail + 1;
+                        token.slot = slot as *const Slot<T> as *const u8;
+                        token.stamp = tail + 1;
                         return true;
                     }
                     Err(t) => {
@@ -190,7 +190,7 @@ impl<T> Channel<T> {
                 // The slot still holds the message of the previous lap: full, unless a receiver
                 // has moved `head` past it meanwhile.
                 // SYNC POINT: orders the stamp load above before the `head` load below; partner:
-                // the SeqCst CAS on `head` in `start_recv`.
+                // the SeqCst CAS on `head` in `reserve_recv`.
                 fence(Ordering::SeqCst);
                 let head = self.head.load(Ordering::Relaxed);
                 if head.wrapping_add(self.one_lap) == tail {
@@ -210,27 +210,27 @@ impl<T> Channel<T> {
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `token` was filled by a `start_send` of this channel that returned `true`;
+    /// - `token` was filled by a `reserve_send` of this channel that returned `true`;
     /// - `write` is called once for it.
-    pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
-        if token.array.slot.is_null() {
+    unsafe fn write_reserved(&self, token: &ArrayToken, msg: T) -> Result<(), T> {
+        if token.slot.is_null() {
             return Err(msg);
         }
-        // SAFETY: the token points at a slot of `self.buffer` (`start_send` stored it).
-        let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
+        // SAFETY: the token points at a slot of `self.buffer` (`reserve_send` stored it).
+        let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
         // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
         // until it publishes the stamp below.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
-        // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `start_recv`.
-        slot.stamp.store(token.array.stamp, Ordering::Release);
+        // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `reserve_recv`.
+        slot.stamp.store(token.stamp, Ordering::Release);
         self.receivers.notify();
         Ok(())
     }
 
     /// Reserves a message to read. `false`: empty. `true` with a null slot: empty and
     /// disconnected.
-    pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
+    fn reserve_recv(&self, token: &mut ArrayToken) -> bool {
         let mut backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
@@ -247,8 +247,8 @@ impl<T> Channel<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        token.array.slot = slot as *const Slot<T> as *const u8;
-                        token.array.stamp = head.wrapping_add(self.one_lap);
+                        token.slot = slot as *const Slot<T> as *const u8;
+                        token.stamp = head.wrapping_add(self.one_lap);
                         return true;
                     }
                     Err(h) => {
@@ -260,13 +260,13 @@ impl<T> Channel<T> {
                 // The slot is not written for this lap: empty, unless a sender has claimed it
                 // and is writing.
                 // SYNC POINT: orders the stamp load before the `tail` load; partner: the SeqCst
-                // CAS on `tail` in `start_send` (and the disconnect RMW).
+                // CAS on `tail` in `reserve_send` (and the disconnect RMW).
                 fence(Ordering::SeqCst);
                 let tail = self.tail.load(Ordering::Relaxed);
                 if tail & !self.mark_bit == head {
                     if tail & self.mark_bit != 0 {
-                        token.array.slot = ptr::null();
-                        token.array.stamp = 0;
+                        token.slot = ptr::null();
+                        token.stamp = 0;
                         return true;
                     }
                     return false;
@@ -286,31 +286,57 @@ impl<T> Channel<T> {
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `token` was filled by a `start_recv` of this channel that returned `true`;
+    /// - `token` was filled by a `reserve_recv` of this channel that returned `true`;
     /// - `read` is called once for it.
-    pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
-        if token.array.slot.is_null() {
+    unsafe fn read_reserved(&self, token: &ArrayToken) -> Result<T, ()> {
+        if token.slot.is_null() {
             return Err(());
         }
-        // SAFETY: the token points at a slot of `self.buffer` (`start_recv` stored it).
-        let slot: &Slot<T> = unsafe { &*(token.array.slot as *const Slot<T>) };
+        // SAFETY: the token points at a slot of `self.buffer` (`reserve_recv` stored it).
+        let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
         // SAFETY: winning the `head` CAS on a slot stamped "full" gave this receiver exclusive
         // access to an initialised message, which it moves out exactly once.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
         // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
-        // `start_send`.
-        slot.stamp.store(token.array.stamp, Ordering::Release);
+        // `reserve_send`.
+        slot.stamp.store(token.stamp, Ordering::Release);
         self.senders.notify_with(|entry| self.hand_off(entry));
         Ok(msg)
+    }
+
+    // ===== impl Channel: the two-step operations, for `Select` =====
+    //
+    // The channel's own operations use a bare `ArrayToken`, cheaper to build than a `Token`.
+
+    pub(crate) fn start_send(&self, token: &mut Token) -> bool {
+        self.reserve_send(&mut token.array)
+    }
+
+    /// # Safety
+    /// As for [`write_reserved`](Self::write_reserved).
+    pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.write_reserved(&token.array, msg) }
+    }
+
+    pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
+        self.reserve_recv(&mut token.array)
+    }
+
+    /// # Safety
+    /// As for [`read_reserved`](Self::read_reserved).
+    pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.read_reserved(&token.array) }
     }
 
     // ===== impl Channel: try, blocking =====
 
     pub(crate) fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
-        let token = &mut Token::default();
-        if self.start_send(token) {
-            // SAFETY: `start_send` returned true for this token.
-            unsafe { self.write(token, msg) }.map_err(TrySendError::Disconnected)
+        let token = &mut ArrayToken::default();
+        if self.reserve_send(token) {
+            // SAFETY: `reserve_send` returned true for this token.
+            unsafe { self.write_reserved(token, msg) }.map_err(TrySendError::Disconnected)
         } else {
             Err(TrySendError::Full(msg))
         }
@@ -321,17 +347,18 @@ impl<T> Channel<T> {
         mut msg: T,
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
-        let token = &mut Token::default();
+        let token = &mut ArrayToken::default();
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            if self.start_send(token)
+            if self.reserve_send(token)
                 || self
                     .senders
-                    .poll(|| self.start_send(token).then_some(()))
+                    .poll(|| self.reserve_send(token).then_some(()))
                     .is_some()
             {
-                // SAFETY: `start_send` returned true for this token.
-                return unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected);
+                // SAFETY: `reserve_send` returned true for this token.
+                return unsafe { self.write_reserved(token, msg) }
+                    .map_err(SendTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -385,12 +412,12 @@ impl<T> Channel<T> {
         // SAFETY: a packet registered by `send` lives on the blocked sender's stack until its
         // state leaves PENDING; we claimed the sender, so we are the only one touching it.
         let packet = unsafe { &*(entry.packet as *const SendPacket<T>) };
-        let mut token = Token::default();
-        let state = if self.start_send(&mut token) && !token.array.slot.is_null() {
+        let mut token = ArrayToken::default();
+        let state = if self.reserve_send(&mut token) && !token.slot.is_null() {
             // SAFETY: PENDING packets hold an initialised message; we move it out once.
             let msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
-            // SAFETY: `start_send` reserved a slot for this token.
-            let written = unsafe { self.write(&mut token, msg) };
+            // SAFETY: `reserve_send` reserved a slot for this token.
+            let written = unsafe { self.write_reserved(&token, msg) };
             debug_assert!(written.is_ok());
             DELIVERED
         } else {
@@ -401,27 +428,28 @@ impl<T> Channel<T> {
     }
 
     pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
-        let token = &mut Token::default();
-        if self.start_recv(token) {
-            // SAFETY: `start_recv` returned true for this token.
-            unsafe { self.read(token) }.map_err(|()| TryRecvError::Disconnected)
+        let token = &mut ArrayToken::default();
+        if self.reserve_recv(token) {
+            // SAFETY: `reserve_recv` returned true for this token.
+            unsafe { self.read_reserved(token) }.map_err(|()| TryRecvError::Disconnected)
         } else {
             Err(TryRecvError::Empty)
         }
     }
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        let token = &mut Token::default();
+        let token = &mut ArrayToken::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token)
+            if self.reserve_recv(token)
                 || self
                     .receivers
-                    .poll(|| self.start_recv(token).then_some(()))
+                    .poll(|| self.reserve_recv(token).then_some(()))
                     .is_some()
             {
-                // SAFETY: `start_recv` returned true for this token.
-                return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
+                // SAFETY: `reserve_recv` returned true for this token.
+                return unsafe { self.read_reserved(token) }
+                    .map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -494,7 +522,7 @@ impl<T> Channel<T> {
 
     /// Marks the channel disconnected and wakes everyone. `true` if this call did it.
     pub(crate) fn disconnect(&self) -> bool {
-        // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `start_recv`
+        // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `reserve_recv`
         // (after their fence) and of the re-checks, and the wait lists' locks.
         let tail = self.tail.fetch_or(self.mark_bit, Ordering::SeqCst);
         if tail & self.mark_bit == 0 {

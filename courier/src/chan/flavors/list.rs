@@ -199,15 +199,21 @@ impl<T> Channel<T> {
         }
     }
 
-    /// Reserves a position. Always succeeds; a null block in the token means disconnected.
+    /// Reserves a position (for `Select`: the channel's own operations use a bare
+    /// [`ListToken`], cheaper to build than a [`Token`]).
     pub(crate) fn start_send(&self, token: &mut Token) -> bool {
+        self.reserve_send(&mut token.list)
+    }
+
+    /// Reserves a position. Always succeeds; a null block in the token means disconnected.
+    fn reserve_send(&self, token: &mut ListToken) -> bool {
         let mut backoff = Backoff::new();
         let mut tail = self.tail.index.load(Ordering::Acquire);
         let mut block = self.tail.block.load(Ordering::Acquire);
         let mut next_block: Option<Box<Block<T>>> = None;
         loop {
             if tail & MARK_BIT != 0 {
-                token.list.block = ptr::null();
+                token.block = ptr::null();
                 return true;
             }
             let offset = (tail >> SHIFT) % LAP;
@@ -266,8 +272,8 @@ impl<T> Channel<T> {
                         // ours is not written yet.
                         unsafe { (*block).next.store(next, Ordering::Release) };
                     }
-                    token.list.block = block as *const u8;
-                    token.list.offset = offset;
+                    token.block = block as *const u8;
+                    token.offset = offset;
                     return true;
                 }
                 Err(t) => {
@@ -279,19 +285,28 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Completes a `start_send`.
+    ///
+    /// # Safety
+    /// As for [`write_reserved`](Self::write_reserved).
+    pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.write_reserved(&token.list, msg) }
+    }
+
     /// Writes into the reserved slot and wakes a receiver.
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `token` was filled by a `start_send` of this channel;
-    /// - `write` is called once for it.
-    pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
-        if token.list.block.is_null() {
+    /// - `token` was filled by a `reserve_send` of this channel;
+    /// - it is written once.
+    unsafe fn write_reserved(&self, token: &ListToken, msg: T) -> Result<(), T> {
+        if token.block.is_null() {
             return Err(msg);
         }
-        let block = token.list.block as *mut Block<T>;
+        let block = token.block as *mut Block<T>;
         // SAFETY: the block cannot be freed before this slot is read, which waits for WRITE.
-        let slot = unsafe { &(*block).slots[token.list.offset] };
+        let slot = unsafe { &(*block).slots[token.offset] };
         // SAFETY: the `tail` CAS gave this sender the slot exclusively until WRITE is set.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
@@ -301,8 +316,13 @@ impl<T> Channel<T> {
         Ok(())
     }
 
-    /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
+    /// Reserves a message (for `Select`; see `start_send`).
     pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
+        self.reserve_recv(&mut token.list)
+    }
+
+    /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
+    fn reserve_recv(&self, token: &mut ListToken) -> bool {
         let mut backoff = Backoff::new();
         let mut head = self.head.index.load(Ordering::Acquire);
         let mut block = self.head.block.load(Ordering::Acquire);
@@ -326,7 +346,7 @@ impl<T> Channel<T> {
                 let tail = self.tail.index.load(Ordering::Relaxed);
                 if head >> SHIFT == tail >> SHIFT {
                     if tail & MARK_BIT != 0 {
-                        token.list.block = ptr::null();
+                        token.block = ptr::null();
                         return true;
                     }
                     return false;
@@ -364,8 +384,8 @@ impl<T> Channel<T> {
                         // other receivers' Acquire loads of `head.index`.
                         self.head.index.store(next_index, Ordering::Release);
                     }
-                    token.list.block = block as *const u8;
-                    token.list.offset = offset;
+                    token.block = block as *const u8;
+                    token.offset = offset;
                     return true;
                 }
                 Err(h) => {
@@ -377,18 +397,27 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Completes a `start_recv`.
+    ///
+    /// # Safety
+    /// As for [`read_reserved`](Self::read_reserved).
+    pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.read_reserved(&token.list) }
+    }
+
     /// Reads the reserved message; frees the block when it was the last one in it.
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `token` was filled by a `start_recv` of this channel that returned `true`;
-    /// - `read` is called once for it.
-    pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
-        if token.list.block.is_null() {
+    /// - `token` was filled by a `reserve_recv` of this channel that returned `true`;
+    /// - it is read once.
+    unsafe fn read_reserved(&self, token: &ListToken) -> Result<T, ()> {
+        if token.block.is_null() {
             return Err(());
         }
-        let block = token.list.block as *mut Block<T>;
-        let offset = token.list.offset;
+        let block = token.block as *mut Block<T>;
+        let offset = token.offset;
         // SAFETY: the block is live until this slot is marked READ (below).
         let slot = unsafe { &(*block).slots[offset] };
         slot.wait_write();
@@ -420,34 +449,35 @@ impl<T> Channel<T> {
         msg: T,
         _deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
-        let token = &mut Token::default();
-        self.start_send(token);
-        // SAFETY: `start_send` always succeeds, once for this token.
-        unsafe { self.write(token, msg) }.map_err(SendTimeoutError::Disconnected)
+        let token = &mut ListToken::default();
+        self.reserve_send(token);
+        // SAFETY: `reserve_send` always succeeds, once for this token.
+        unsafe { self.write_reserved(token, msg) }.map_err(SendTimeoutError::Disconnected)
     }
 
     pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
-        let token = &mut Token::default();
-        if self.start_recv(token) {
-            // SAFETY: `start_recv` returned true for this token.
-            unsafe { self.read(token) }.map_err(|()| TryRecvError::Disconnected)
+        let token = &mut ListToken::default();
+        if self.reserve_recv(token) {
+            // SAFETY: `reserve_recv` returned true for this token.
+            unsafe { self.read_reserved(token) }.map_err(|()| TryRecvError::Disconnected)
         } else {
             Err(TryRecvError::Empty)
         }
     }
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        let token = &mut Token::default();
+        let token = &mut ListToken::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.start_recv(token)
+            if self.reserve_recv(token)
                 || self
                     .receivers
-                    .poll(|| self.start_recv(token).then_some(()))
+                    .poll(|| self.reserve_recv(token).then_some(()))
                     .is_some()
             {
-                // SAFETY: `start_recv` returned true for this token.
-                return unsafe { self.read(token) }.map_err(|()| RecvTimeoutError::Disconnected);
+                // SAFETY: `reserve_recv` returned true for this token.
+                return unsafe { self.read_reserved(token) }
+                    .map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
