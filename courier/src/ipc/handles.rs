@@ -26,6 +26,7 @@ use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::err::SerDeError;
+use super::platform::{Backlog, OsReceiver};
 
 thread_local! {
     /// Descriptors of the channel ends in the message being serialized.
@@ -116,6 +117,54 @@ pub(crate) fn serialize_fd<S: Serializer>(
         None => Err(S::Error::custom(
             "a courier channel can only be serialized by an IPC send",
         )),
+    }
+}
+
+/// Writes a receiving end: its descriptor's index, then what it had read off
+/// its socket but not handed out, which leaves with it (the sending process
+/// keeps nothing of it, so nothing arrives twice or is lost).
+pub(crate) fn serialize_receiver<S: Serializer>(
+    os: &OsReceiver,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    (FdIndex(os.fd()), os.take_backlog()).serialize(serializer)
+}
+
+/// Reads a receiving end written by [`serialize_receiver`].
+pub(crate) fn deserialize_receiver<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<OsReceiver, D::Error> {
+    let (fd, backlog) = <(Descriptor, Option<Backlog>)>::deserialize(deserializer)?;
+    match backlog {
+        None => Ok(OsReceiver::from_fd(fd.0)),
+        Some(backlog) => OsReceiver::with_backlog(fd.0, backlog)
+            .map_err(|e| D::Error::custom(format!("a moved receiver's backlog: {e}"))),
+    }
+}
+
+/// A borrowed descriptor, written like [`Descriptor`].
+struct FdIndex<'a>(BorrowedFd<'a>);
+
+impl Serialize for FdIndex<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_fd(self.0, serializer)
+    }
+}
+
+/// A descriptor that travels inside a message by its index in the
+/// message's descriptor table, like a channel end.
+#[derive(Debug)]
+pub(crate) struct Descriptor(pub(crate) OwnedFd);
+
+impl Serialize for Descriptor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_fd(self.0.as_fd(), serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Descriptor {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_fd(deserializer).map(Descriptor)
     }
 }
 

@@ -573,7 +573,7 @@ impl<T> fmt::Debug for IpcOneShotServer<T> {
 /// descriptor that is not one end of a courier `SOCK_SEQPACKET` channel
 /// gives errors, never undefined behaviour.
 macro_rules! channel_end {
-    ($($ty:ident $(<$t:ident>)? => $os:ident, $build:expr;)*) => {$(
+    ($($ty:ident $(<$t:ident>)? => $os:ident, $build:expr, $ser:path, $de:path;)*) => {$(
         impl$(<$t>)? AsFd for $ty$(<$t>)? {
             fn as_fd(&self) -> BorrowedFd<'_> {
                 self.os.fd()
@@ -589,23 +589,37 @@ macro_rules! channel_end {
 
         impl$(<$t>)? Serialize for $ty$(<$t>)? {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                handles::serialize_fd(self.os.fd(), serializer)
+                $ser(&self.os, serializer)
             }
         }
 
         impl<'de, $($t)?> Deserialize<'de> for $ty$(<$t>)? {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                Ok(Self::from(handles::deserialize_fd(deserializer)?))
+                let build: fn($os) -> Self = $build;
+                Ok(build($de(deserializer)?))
             }
         }
     )*};
 }
 
 channel_end! {
-    IpcSender<T> => OsSender, |os| IpcSender { os, _type: PhantomData };
-    IpcReceiver<T> => OsReceiver, |os| IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData };
-    IpcBytesSender => OsSender, |os| IpcBytesSender { os };
-    IpcBytesReceiver => OsReceiver, IpcBytesReceiver::from_os;
-    OpaqueIpcSender => OsSender, |os| OpaqueIpcSender { os };
-    OpaqueIpcReceiver => OsReceiver, |os| OpaqueIpcReceiver { os };
+    IpcSender<T> => OsSender, |os| IpcSender { os, _type: PhantomData },
+        serialize_sender, deserialize_sender;
+    IpcReceiver<T> => OsReceiver,
+        |os| IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData },
+        handles::serialize_receiver, handles::deserialize_receiver;
+    IpcBytesSender => OsSender, |os| IpcBytesSender { os }, serialize_sender, deserialize_sender;
+    IpcBytesReceiver => OsReceiver, IpcBytesReceiver::from_os,
+        handles::serialize_receiver, handles::deserialize_receiver;
+    OpaqueIpcSender => OsSender, |os| OpaqueIpcSender { os }, serialize_sender, deserialize_sender;
+    OpaqueIpcReceiver => OsReceiver, |os| OpaqueIpcReceiver { os },
+        handles::serialize_receiver, handles::deserialize_receiver;
+}
+
+fn serialize_sender<S: Serializer>(os: &OsSender, serializer: S) -> Result<S::Ok, S::Error> {
+    handles::serialize_fd(os.fd(), serializer)
+}
+
+fn deserialize_sender<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OsSender, D::Error> {
+    handles::deserialize_fd(deserializer).map(OsSender::from_fd)
 }

@@ -13,6 +13,9 @@
 //!   the order they were sent. Malformed input is a `RecvError::Wire`, after
 //!   which the channel stays usable; a closed and drained channel is
 //!   `RecvError::Disconnected`.
+//!   `take_backlog()` and `with_backlog(fd, backlog)` move what a receiver
+//!   has read but not handed out along with it, when it is sent to another
+//!   process (`Backlog: Serialize + Deserialize`).
 //! * `OsOneShotServer`: `new() -> (server, name)`, `accept(timeout)`, and
 //!   `connect(name) -> OsSender`.
 //! * `channel() -> (OsSender, OsReceiver)`.
@@ -24,5 +27,5 @@
 pub(crate) mod linux;
 
 pub(crate) use linux::{
-    channel, connect, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
+    channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
 };

@@ -61,11 +61,13 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use serde::{Deserialize, Serialize};
 
 use self::shm::{MapCache, Pool};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
+use crate::ipc::handles::Descriptor;
 use crate::ipc::wire::{
     Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS,
 };
@@ -523,6 +525,47 @@ struct RecvState {
     refused: VecDeque<u64>,
 }
 
+/// What a receiver had read off its socket but not handed out, when it is
+/// sent to another process: it travels inside the message that carries the
+/// receiver, so that moving a receiver mid-stream loses nothing. Messages
+/// still waiting for their descriptor packet keep waiting at the new owner
+/// (the packet arrives on the socket, which moved too); completed ones carry
+/// their descriptors along.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Backlog {
+    waiting: Vec<Parked>,
+    ready: Vec<Parked>,
+    refused: Vec<u64>,
+}
+
+/// One message of a [`Backlog`], its header in wire form.
+#[derive(Debug, Serialize, Deserialize)]
+struct Parked {
+    #[serde(with = "serde_bytes")]
+    header: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    data: Vec<u8>,
+    fds: Vec<Descriptor>,
+}
+
+impl Parked {
+    fn new(header: Header, data: Vec<u8>, fds: Vec<OwnedFd>) -> Self {
+        Parked {
+            header: header.encode().to_vec(),
+            data,
+            fds: fds.into_iter().map(Descriptor).collect(),
+        }
+    }
+
+    /// The header, checked as if it had just arrived: a backlog is as
+    /// untrusted as the socket it came from.
+    fn header(&self, limit: u64) -> Result<Header, RecvError> {
+        let bytes = <&[u8; HEADER_LEN]>::try_from(self.header.as_slice())
+            .map_err(|_| WireError::BadHeader("short packet"))?;
+        check(Header::decode(bytes)?, self.data.len(), limit)
+    }
+}
+
 /// Messages a receiver keeps waiting for their descriptors; past this, the
 /// oldest is given up (a peer announcing descriptors it never sends cannot
 /// make the receiver hold more).
@@ -570,6 +613,76 @@ impl OsReceiver {
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Takes the messages read off the socket but not handed out, to send
+    /// them along with this receiver; `None` in the usual case of none.
+    pub(crate) fn take_backlog(&self) -> Option<Backlog> {
+        let mut state = self.state.borrow_mut();
+        if state.waiting.is_empty() && state.ready.is_empty() && state.refused.is_empty() {
+            return None;
+        }
+        let mut waiting = std::mem::take(&mut state.waiting);
+        waiting.sort_by_key(|m| m.since);
+        Some(Backlog {
+            waiting: waiting
+                .into_iter()
+                .map(|m| Parked::new(m.header, m.data, Vec::new()))
+                .collect(),
+            ready: state
+                .ready
+                .drain(..)
+                .map(|m| Parked::new(m.header, m.data, m.fds))
+                .collect(),
+            refused: state.refused.drain(..).collect(),
+        })
+    }
+
+    /// A receiver on `fd` that first delivers `backlog` (see
+    /// [`OsReceiver::take_backlog`]), which is checked like anything else
+    /// from a peer.
+    pub(crate) fn with_backlog(fd: OwnedFd, backlog: Backlog) -> Result<Self, WireError> {
+        let limit = Config::max_message_size_now();
+        let wire = |e: RecvError| match e {
+            RecvError::Wire(e, _) => e,
+            _ => WireError::BadHeader("bad backlog"),
+        };
+        if backlog.waiting.len() > MAX_WAITING || backlog.refused.len() > MAX_REFUSED {
+            return Err(WireError::BadHeader("backlog too long"));
+        }
+        let mut state = RecvState::default();
+        let now = Instant::now();
+        for m in backlog.waiting {
+            let header = m.header(limit).map_err(wire)?;
+            if header.nfds == 0 || !m.fds.is_empty() {
+                return Err(WireError::BadHeader("backlog: not waiting for descriptors"));
+            }
+            state.waiting.push(Waiting {
+                header,
+                data: m.data,
+                since: now,
+            });
+        }
+        for m in backlog.ready {
+            let header = m.header(limit).map_err(wire)?;
+            if header.nfds != m.fds.len() {
+                return Err(WireError::UnexpectedFds {
+                    announced: header.nfds,
+                    received: m.fds.len(),
+                });
+            }
+            state.ready.push_back(Ready {
+                header,
+                data: m.data,
+                fds: m.fds.into_iter().map(|d| d.0).collect(),
+            });
+        }
+        state.refused.extend(backlog.refused);
+        Ok(OsReceiver {
+            fd,
+            guess: Cell::new(0),
+            state: RefCell::new(state),
+        })
     }
 
     /// The payload length of the last message received.
@@ -1110,5 +1223,57 @@ mod tests {
     fn tags_do_not_repeat_within_a_thread() {
         let tags: std::collections::HashSet<u64> = (0..10_000).map(|_| random_tag()).collect();
         assert_eq!(tags.len(), 10_000);
+    }
+
+    /// A receiver moved while a message waits for its descriptor packet:
+    /// the new owner completes and delivers it, in order with the rest.
+    #[test]
+    fn a_moved_receiver_keeps_a_message_waiting_for_its_descriptors() {
+        let (tx, rx) = crate::ipc::bytes_channel().unwrap();
+        // A message announcing one descriptor, whose descriptor packet is
+        // held back (as if its sender were slow), then a plain one.
+        let tag = 0x5eed_u64;
+        let header = Header::new(Body::Inline, 5, 1, tag).encode();
+        let parts = [IoSlice::new(&header), IoSlice::new(b"first")];
+        socket::send(tx.os.fd(), &parts, &[]).unwrap();
+        tx.send(b"second").unwrap();
+        assert_eq!(rx.recv().unwrap(), b"second");
+        assert_eq!(rx.os.state.borrow().waiting.len(), 1);
+
+        let (move_tx, move_rx) = crate::ipc::channel::<crate::ipc::IpcBytesReceiver>().unwrap();
+        move_tx.send(rx).unwrap();
+        let moved = move_rx.recv().unwrap();
+
+        let (spare, _spare_rx) = crate::ipc::bytes_channel().unwrap();
+        let packet = FdPacket { count: 1, tag }.encode();
+        socket::send(tx.os.fd(), &[IoSlice::new(&packet)], &[spare.os.fd()]).unwrap();
+        tx.send(b"third").unwrap();
+        assert_eq!(moved.recv().unwrap(), b"first");
+        assert_eq!(moved.recv().unwrap(), b"third");
+    }
+
+    /// A backlog is checked like packets from the socket.
+    #[test]
+    fn a_forged_backlog_is_refused() {
+        let (_, rx) = channel().unwrap();
+        let forged = Backlog {
+            waiting: vec![Parked {
+                header: Header::new(Body::Inline, 3, 0, 7).encode().to_vec(),
+                data: b"abc".to_vec(),
+                fds: Vec::new(),
+            }],
+            ..Backlog::default()
+        };
+        assert!(OsReceiver::with_backlog(rx.fd, forged).is_err());
+        let (_, rx) = channel().unwrap();
+        let lying = Backlog {
+            ready: vec![Parked {
+                header: Header::new(Body::Inline, 9, 1, 7).encode().to_vec(),
+                data: b"abc".to_vec(),
+                fds: Vec::new(),
+            }],
+            ..Backlog::default()
+        };
+        assert!(OsReceiver::with_backlog(rx.fd, lying).is_err());
     }
 }
