@@ -128,6 +128,82 @@ fn every_size_class_roundtrips() {
     }
 }
 
+/// Byte strings around other fields and channels: the first large one
+/// goes straight from the caller's memory (a second walk), the rest copied.
+#[derive(Debug, Serialize, Deserialize)]
+struct Mixed {
+    head: String,
+    #[serde(with = "serde_bytes")]
+    first: Vec<u8>,
+    reply: IpcSender<u32>,
+    #[serde(with = "serde_bytes")]
+    second: Vec<u8>,
+    tail: Vec<u16>,
+}
+
+#[test]
+fn large_byte_strings_around_channels_and_fields() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Mixed>().unwrap();
+    for (first, second) in [(4096, 0), (2048, 9000), (100_000, 3), (3 << 20, 1 << 20)] {
+        let (reply_tx, reply_rx) = ipc::channel::<u32>().unwrap();
+        tx.send(Mixed {
+            head: "h".repeat(first % 7),
+            first: pattern(first, 1),
+            reply: reply_tx,
+            second: pattern(second, 2),
+            tail: (0..100).collect(),
+        })
+        .unwrap();
+        let got = rx.recv().unwrap();
+        assert_eq!(got.head, "h".repeat(first % 7));
+        assert_eq!(got.first, pattern(first, 1), "{first}");
+        assert_eq!(got.second, pattern(second, 2), "{second}");
+        assert_eq!(got.tail, (0..100).collect::<Vec<u16>>());
+        got.reply.send(first as u32).unwrap();
+        assert_eq!(reply_rx.recv().unwrap(), first as u32);
+    }
+}
+
+/// Serializes differently on every walk: a counter, and that many bytes
+/// more of the counter's value.
+struct Shifty(std::cell::Cell<u8>);
+
+impl Serialize for Shifty {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let walk = self.0.get() + 1;
+        self.0.set(walk);
+        let bytes = vec![walk; 4096 + usize::from(walk)];
+        (walk, serde_bytes::Bytes::new(&bytes)).serialize(serializer)
+    }
+}
+
+#[test]
+fn a_value_that_serializes_differently_each_time_arrives_whole() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<(u8, serde_bytes::ByteBuf)>().unwrap();
+    let shifty = IpcSender::<Shifty>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    shifty.send(Shifty(Default::default())).unwrap();
+    let (walk, bytes) = rx.recv().unwrap();
+    // The second walk differed at the byte string: the third was sent.
+    assert_eq!(walk, 3);
+    assert_eq!(bytes.into_vec(), vec![3; 4099]);
+
+    // The same output on every walk: sent from inside the second.
+    struct Steady(std::cell::Cell<u8>);
+    impl Serialize for Steady {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            self.0.set(self.0.get() + 1);
+            (9u8, serde_bytes::Bytes::new(&[9; 5000])).serialize(serializer)
+        }
+    }
+    let walks = Steady(Default::default());
+    let steady = IpcSender::<&Steady>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    steady.send(&walks).unwrap();
+    assert_eq!(walks.0.get(), 2);
+    assert_eq!(rx.recv().unwrap().1.into_vec(), vec![9; 5000]);
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

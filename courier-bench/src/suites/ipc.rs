@@ -6,15 +6,18 @@
 //!
 //! | subject | what one operation is |
 //! | --- | --- |
-//! | `courier` | `IpcSender<Vec<u8>>::send(data.clone())` + `recv()` |
+//! | `courier` | `IpcSender<Vec<u8>>::send(value)` + `value = recv()` |
 //! | `courier-serde-bytes` | the same with the payload in a `#[serde(with = "serde_bytes")]` field |
 //! | `courier-bytes` | `IpcBytesSender::send(&data)` + `recv()` |
 //! | `ipc-channel` | ipc-channel's `IpcSender<Vec<u8>>`, as `courier` |
 //! | `ipc-channel-bytes` | ipc-channel's bytes channel, as `courier-bytes` |
 //! | `floor` | up to one packet: `send(2)` + `recv(2)` of the bytes on a socketpair into a reused buffer; above: two `memcpy`s into warm buffers (in and out, the least any copying transport does) |
 //!
-//! Typed subjects clone the payload per send (both crates take `T` by
-//! value). ipc-channel cannot send a message larger than its socket buffer
+//! Typed subjects send the value they received last (both crates take `T`
+//! by value): an application sends what it built or was given, and a clone
+//! per message would add an allocation and a copy that no channel causes
+//! (BENCHMARKS.md's figures from before this rule say they were taken with a
+//! clone per send). ipc-channel cannot send a message larger than its socket buffer
 //! and receive it on the same thread (the send blocks until the receiver
 //! reads), so above that size its send runs on a scoped thread per message,
 //! as ipc-channel's own `benches/platform.rs` does.
@@ -43,7 +46,7 @@ use crate::harness::{Case, Ctx, Result};
 use super::floor;
 
 /// A typed message whose payload goes as one copy.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
 
 /// Bytes each sample should move, so that small sizes batch many messages.
@@ -95,7 +98,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
             ctx.record(&case, subject, "sendrecv_ns", "ns", &s.wall_ns);
         }
     }
-    ctx.note("sendrecv: one message sent then received by one thread; typed subjects clone the Vec per send");
+    ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone)");
     ctx.note(format!(
         "ipc-channel above {} B sends from a scoped thread per message (its send blocks until read); \
          floor above one packet = two warm memcpys",
@@ -112,16 +115,17 @@ fn courier_serde_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
     courier_value(sampler, Blob(data.to_vec()))
 }
 
-/// Sends a clone of `value` and receives it, per operation.
+/// Sends `value` and receives it back, per operation.
 fn courier_value<T>(sampler: &Sampler, value: T) -> Result<Sampled>
 where
-    T: Clone + Serialize + for<'de> Deserialize<'de>,
+    T: Serialize + for<'de> Deserialize<'de>,
 {
     let (tx, rx) = cr::channel::<T>()?;
+    let mut value = Some(value);
     Ok(sampler.run(|ops| {
         for _ in 0..ops {
-            tx.send(value.clone())?;
-            black_box(rx.recv()?);
+            tx.send(value.take().expect("received back"))?;
+            value = Some(black_box(rx.recv()?));
         }
         Ok::<_, cr::IpcError>(())
     })?)
@@ -142,32 +146,35 @@ fn ic_max_fragment() -> usize {
     ipc_channel::platform::OsIpcSender::get_max_fragment_size()
 }
 
-/// Sends with `send` and receives with `recv`, on a scoped thread when the
-/// message is too large for ipc-channel to send before it is received.
-fn ic_roundtrip<T>(
+/// Sends `message` with `send` and receives with `recv`, on a scoped thread
+/// when the message is too large for ipc-channel to send before it is
+/// received.
+fn ic_roundtrip<M: Send, T>(
     size: usize,
-    send: impl Fn() -> Result<(), ipc_channel::IpcError> + Sync,
-    recv: impl Fn() -> Result<T, ipc_channel::IpcError>,
-) -> Result<()> {
+    message: M,
+    send: impl FnOnce(M) -> Result<(), ipc_channel::IpcError> + Send,
+    recv: impl FnOnce() -> Result<T, ipc_channel::IpcError>,
+) -> Result<T> {
     if size <= ic_max_fragment() {
-        send()?;
-        black_box(recv()?);
-        return Ok(());
+        send(message)?;
+        return Ok(black_box(recv()?));
     }
     std::thread::scope(|s| {
-        let sender = s.spawn(&send);
-        black_box(recv()?);
+        let sender = s.spawn(move || send(message));
+        let received = black_box(recv()?);
         sender.join().map_err(|_| "ipc-channel sender panicked")??;
-        Ok(())
+        Ok(received)
     })
 }
 
 fn ipc_channel_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
     let (tx, rx) = ic::channel::<Vec<u8>>()?;
-    let data = data.to_vec();
+    let mut value = Some(data.to_vec());
     sampler.run(|ops| {
         for _ in 0..ops {
-            ic_roundtrip(data.len(), || tx.send(data.clone()), || rx.recv())?;
+            let message = value.take().expect("received back");
+            let send = |m| tx.send(m);
+            value = Some(ic_roundtrip(data.len(), message, send, || rx.recv())?);
         }
         Ok(())
     })
@@ -177,7 +184,8 @@ fn ipc_channel_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
     let (tx, rx) = ic::bytes_channel()?;
     sampler.run(|ops| {
         for _ in 0..ops {
-            ic_roundtrip(data.len(), || Ok(tx.send(data)?), || rx.recv())?;
+            let send = |m: &[u8]| Ok(tx.send(m)?);
+            ic_roundtrip(data.len(), data, send, || rx.recv())?;
         }
         Ok(())
     })

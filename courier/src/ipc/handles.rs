@@ -15,8 +15,24 @@
 //! message is sent: a `Serialize` impl may serialize a temporary channel end
 //! that is dropped before the send, and a borrowed number would then name a
 //! closed descriptor, or worse, an unrelated file opened meanwhile.
+//!
+//! # Large byte strings go straight from the caller's memory
+//! A `serde_bytes` field (or a long string) is handed to the serializer as a
+//! slice that is only valid during that one call, so a serializer cannot
+//! keep it for a later `sendmsg`. When the first walk over a message meets
+//! such a slice that outweighs what came before it, it writes everything
+//! else and notes where the slice belongs; a second walk then sends the
+//! message *from inside the call that hands over the slice*, gathering the
+//! first walk's bytes around it: the payload is copied once, by the kernel
+//! (or once into a shared-memory region), as on a bytes channel. Two walks
+//! over one value are serde practice (bincode 1 sized every message that
+//! way); a `Serialize` impl whose second walk differs from its first up to
+//! that slice is caught there and the message is serialized a third time, as
+//! a whole. Channel ends and backlogs are taken on the first walk only and
+//! written again, by index, on the later ones.
 
 use std::cell::RefCell;
+use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use postcard::ser_flavors::Flavor;
@@ -29,29 +45,227 @@ use super::err::SerDeError;
 use super::platform::{Backlog, OsReceiver};
 
 thread_local! {
-    /// Descriptors of the channel ends in the message being serialized.
-    static OUTGOING: RefCell<Option<Vec<OwnedFd>>> = const { RefCell::new(None) };
+    /// What the channel ends in the message being serialized hand over.
+    static OUTGOING: RefCell<Option<Outgoing>> = const { RefCell::new(None) };
     /// Descriptors that arrived with the message being deserialized.
     static INCOMING: RefCell<Option<Vec<Option<OwnedFd>>>> = const { RefCell::new(None) };
 }
 
-/// Serializes `value` into `buf` (replacing its contents) while collecting
-/// the descriptors of the channel ends inside it, then calls `send` with the
-/// bytes and the descriptors.
+/// The outgoing side of one message being serialized.
+#[derive(Default)]
+struct Outgoing {
+    /// Duplicates of the channel ends' descriptors, in order.
+    fds: Vec<OwnedFd>,
+    /// Each serialized receiver's backlog (see `serialize_receiver`), in order.
+    backlogs: Vec<Option<Backlog>>,
+    /// On a later walk: how many descriptors the first one found, and how
+    /// many descriptors and receivers this walk has written so far.
+    again: Option<Again>,
+}
+
+#[derive(Clone, Copy)]
+struct Again {
+    fds: usize,
+    next_fd: usize,
+    next_receiver: usize,
+}
+
+/// A byte string at least this long may go straight from the caller's
+/// memory (below it, a copy costs less than the second walk's overhead)...
+const DIRECT_MIN: usize = 2048;
+/// ... if it is at least this many times longer than what the message holds
+/// before it (which the second walk serializes again, at a few ns a byte).
+const DIRECT_RATIO: usize = 8;
+
+/// Whether a byte string of `len` bytes, met after `before` other bytes,
+/// is sent from the caller's memory. Both walks decide with this.
+fn direct(len: usize, before: usize) -> bool {
+    len >= DIRECT_MIN && len >= before.saturating_mul(DIRECT_RATIO)
+}
+
+/// Serializes `value` while collecting the descriptors of the channel ends
+/// inside it, and sends it with `send`, which gets the message as gathered
+/// parts and the descriptors. `buf` is scratch space (its contents are
+/// replaced). See the module docs for when `value` is walked twice.
 pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
     value: &T,
     buf: &mut Vec<u8>,
-    send: impl FnOnce(&[u8], &[BorrowedFd<'_>]) -> R,
+    send: impl FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
 ) -> Result<R, SerDeError> {
     buf.clear();
-    let outer = OUTGOING.with(|o| o.borrow_mut().replace(Vec::new()));
-    let serialized = postcard::serialize_with_flavor(value, VecFlavor(buf));
-    let owned = OUTGOING
-        .with(|o| std::mem::replace(&mut *o.borrow_mut(), outer))
-        .unwrap_or_default();
-    serialized?;
-    let fds: Vec<BorrowedFd<'_>> = owned.iter().map(|fd| fd.as_fd()).collect();
-    Ok(send(buf, &fds))
+    let outer = OUTGOING.with(|o| o.borrow_mut().replace(Outgoing::default()));
+    let sent = walk(value, buf, send);
+    // Dropping the table closes the duplicates, sent or not.
+    let table = OUTGOING.with(|o| std::mem::replace(&mut *o.borrow_mut(), outer));
+    drop(table);
+    sent
+}
+
+fn walk<T: Serialize + ?Sized, R>(
+    value: &T,
+    buf: &mut Vec<u8>,
+    send: impl FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
+) -> Result<R, SerDeError> {
+    let skipped = postcard::serialize_with_flavor(value, Measure { buf, skipped: None })?;
+    let fds = OUTGOING.with(|o| {
+        let mut o = o.borrow_mut();
+        let table = o.as_mut().expect("serialize_message set the table");
+        table.again = Some(Again {
+            fds: table.fds.len(),
+            next_fd: 0,
+            next_receiver: 0,
+        });
+        std::mem::take(&mut table.fds)
+    });
+    let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|fd| fd.as_fd()).collect();
+    let Some(skip) = skipped else {
+        return Ok(send(&[IoSlice::new(buf)], &fds));
+    };
+    let mut replay = Replay {
+        small: buf,
+        skip,
+        written: 0,
+        met: false,
+        send: Some(send),
+        fds: &fds,
+        sent: None,
+    };
+    postcard::serialize_with_flavor(value, &mut replay)?;
+    if let Some(sent) = replay.sent {
+        return Ok(sent);
+    }
+    let send = replay.send.take().expect("not sent, so not taken");
+    // The second walk differed from the first: a third one writes it all.
+    OUTGOING.with(|o| {
+        if let Some(Outgoing {
+            again: Some(again), ..
+        }) = &mut *o.borrow_mut()
+        {
+            again.next_fd = 0;
+            again.next_receiver = 0;
+        }
+    });
+    buf.clear();
+    postcard::serialize_with_flavor(value, Whole(buf))?;
+    Ok(send(&[IoSlice::new(buf)], &fds))
+}
+
+/// Where a byte string sent from the caller's memory belongs.
+#[derive(Clone, Copy, Debug)]
+struct Skip {
+    /// Bytes of the message before it.
+    at: usize,
+    len: usize,
+}
+
+/// The first walk: writes the message into a buffer, except the first byte
+/// string that [`direct`] picks, which it only notes.
+struct Measure<'a> {
+    buf: &'a mut Vec<u8>,
+    skipped: Option<Skip>,
+}
+
+impl Flavor for Measure<'_> {
+    type Output = Option<Skip>;
+
+    #[inline]
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.buf.push(byte);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.skipped.is_none() && direct(bytes.len(), self.buf.len()) {
+            self.skipped = Some(Skip {
+                at: self.buf.len(),
+                len: bytes.len(),
+            });
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Option<Skip>> {
+        Ok(self.skipped)
+    }
+}
+
+/// The second walk: writes nothing, counts, and sends the message from
+/// inside the call that hands over the skipped byte string, if that call
+/// comes where the first walk met it.
+struct Replay<'a, 'f, F, R> {
+    /// What the first walk wrote.
+    small: &'a [u8],
+    skip: Skip,
+    /// Bytes this walk would have written so far (before the string).
+    written: usize,
+    /// Whether [`direct`] picked a string on this walk yet.
+    met: bool,
+    send: Option<F>,
+    fds: &'a [BorrowedFd<'f>],
+    sent: Option<R>,
+}
+
+impl<F, R> Flavor for &mut Replay<'_, '_, F, R>
+where
+    F: FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
+{
+    type Output = ();
+
+    #[inline]
+    fn try_push(&mut self, _: u8) -> postcard::Result<()> {
+        self.written += 1;
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.met || !direct(bytes.len(), self.written) {
+            self.written += bytes.len();
+            return Ok(());
+        }
+        self.met = true;
+        if (self.written, bytes.len()) == (self.skip.at, self.skip.len) {
+            let (before, after) = self.small.split_at(self.skip.at);
+            let parts = [
+                IoSlice::new(before),
+                IoSlice::new(bytes),
+                IoSlice::new(after),
+            ];
+            let send = self.send.take().expect("sent once: `met` guards");
+            self.sent = Some(send(&parts, self.fds));
+        }
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// A postcard output that appends to a borrowed, reused `Vec`: one
+/// `extend_from_slice` per field, so `serde_bytes` payloads go as one copy.
+struct Whole<'a>(&'a mut Vec<u8>);
+
+impl Flavor for Whole<'_> {
+    type Output = ();
+
+    #[inline]
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
 /// Deserializes a `T` from `bytes` while the descriptors `fds` are available
@@ -72,53 +286,40 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     Ok(result?)
 }
 
-/// A postcard output that appends to a borrowed, reused `Vec`: one
-/// `extend_from_slice` per field, so `serde_bytes` payloads go as one copy.
-struct VecFlavor<'a>(&'a mut Vec<u8>);
-
-impl Flavor for VecFlavor<'_> {
-    type Output = ();
-
-    #[inline]
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.0.push(byte);
-        Ok(())
-    }
-
-    #[inline]
-    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
-    }
-}
-
 /// Writes a channel end as the index of its descriptor in the outgoing table.
 pub(crate) fn serialize_fd<S: Serializer>(
     fd: BorrowedFd<'_>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     let index = OUTGOING.with(|o| {
-        o.borrow_mut().as_mut().map(|table| {
-            // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
-            let copy = fd.try_clone_to_owned()?;
-            table.push(copy);
-            Ok::<_, std::io::Error>(table.len() - 1)
-        })
+        let mut o = o.borrow_mut();
+        let Some(table) = o.as_mut() else {
+            return Err("a courier channel can only be serialized by an IPC send".to_owned());
+        };
+        match &mut table.again {
+            None => {
+                // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
+                let copy = fd
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("cannot duplicate a channel descriptor: {e}"))?;
+                table.fds.push(copy);
+                Ok(table.fds.len() - 1)
+            }
+            Some(again) if again.next_fd < again.fds => {
+                again.next_fd += 1;
+                Ok(again.next_fd - 1)
+            }
+            Some(_) => Err(CHANGED.to_owned()),
+        }
     });
     match index {
-        Some(Ok(index)) => (index as u32).serialize(serializer),
-        Some(Err(e)) => Err(S::Error::custom(format!(
-            "cannot duplicate a channel descriptor: {e}"
-        ))),
-        None => Err(S::Error::custom(
-            "a courier channel can only be serialized by an IPC send",
-        )),
+        Ok(index) => (index as u32).serialize(serializer),
+        Err(why) => Err(S::Error::custom(why)),
     }
 }
+
+/// A later walk over a message met more channel ends than the first.
+const CHANGED: &str = "the message changed while it was serialized";
 
 /// Writes a receiving end: its descriptor's index, then what it had read off
 /// its socket but not handed out, which leaves with it (the sending process
@@ -127,7 +328,41 @@ pub(crate) fn serialize_receiver<S: Serializer>(
     os: &OsReceiver,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    (FdIndex(os.fd()), os.take_backlog()).serialize(serializer)
+    // The backlog is taken out of its slot while it is written (writing it
+    // reaches the table again, for its descriptors), then put back.
+    let slot = OUTGOING.with(|o| {
+        let mut o = o.borrow_mut();
+        let table = o.as_mut()?;
+        Some(match &mut table.again {
+            None => {
+                table.backlogs.push(os.take_backlog());
+                table.backlogs.len() - 1
+            }
+            Some(again) => {
+                again.next_receiver += 1;
+                again.next_receiver - 1
+            }
+        })
+    });
+    let Some(slot) = slot else {
+        // Not inside a send: fails at the descriptor, and takes nothing.
+        return (FdIndex(os.fd()), None::<Backlog>).serialize(serializer);
+    };
+    let take = |o: &RefCell<Option<Outgoing>>| {
+        let mut o = o.borrow_mut();
+        let table = o.as_mut()?;
+        table.backlogs.get_mut(slot).map(Option::take)
+    };
+    let Some(backlog) = OUTGOING.with(take) else {
+        return Err(S::Error::custom(CHANGED));
+    };
+    let written = (FdIndex(os.fd()), &backlog).serialize(serializer);
+    OUTGOING.with(|o| {
+        if let Some(table) = o.borrow_mut().as_mut() {
+            table.backlogs[slot] = backlog;
+        }
+    });
+    written
 }
 
 /// Reads a receiving end written by [`serialize_receiver`].

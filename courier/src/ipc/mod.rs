@@ -174,9 +174,8 @@ where
         // Take the thread's buffer (a nested send, from a `Serialize` impl,
         // finds it empty and uses its own).
         let mut buf = SEND_BUF.take();
-        let sent = handles::serialize_message(&data, &mut buf, |bytes, fds| {
-            self.os.send(&[IoSlice::new(bytes)], fds)
-        });
+        let sent =
+            handles::serialize_message(&data, &mut buf, |parts, fds| self.os.send(parts, fds));
         if buf.capacity() <= KEEP_SEND_BUF {
             SEND_BUF.set(buf);
         }

@@ -1240,9 +1240,13 @@ mod tests {
         assert_eq!(rx.recv().unwrap(), b"second");
         assert_eq!(rx.os.state.borrow().waiting.len(), 1);
 
-        let (move_tx, move_rx) = crate::ipc::channel::<crate::ipc::IpcBytesReceiver>().unwrap();
-        move_tx.send(rx).unwrap();
-        let moved = move_rx.recv().unwrap();
+        // With a large byte string, so that the message is walked twice
+        // (the backlog is taken on the first walk only).
+        type Move = (crate::ipc::IpcBytesReceiver, serde_bytes::ByteBuf);
+        let (move_tx, move_rx) = crate::ipc::channel::<Move>().unwrap();
+        move_tx.send((rx, vec![7; 8192].into())).unwrap();
+        let (moved, bytes) = move_rx.recv().unwrap();
+        assert_eq!(bytes.into_vec(), vec![7; 8192]);
 
         let (spare, _spare_rx) = crate::ipc::bytes_channel().unwrap();
         let packet = FdPacket { count: 1, tag }.encode();
