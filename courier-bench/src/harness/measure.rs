@@ -180,27 +180,70 @@ impl Sampler {
             drop(black_box(routine(input)?));
         }
         let ops = self.ops as f64;
-        let mut out = Sampled {
+        let mut out = self.empty();
+        for _ in 0..self.samples {
+            let input = setup();
+            out.sample(ops, || routine(black_box(input)))?;
+        }
+        Ok(out)
+    }
+
+    /// Like [`run`](Self::run) for several subjects that take turns: after
+    /// each one's warm-up, every round times one sample of each, in order.
+    /// The slow drifts of a shared machine (other jobs, the other vCPU's
+    /// load, frequency) then fall on all subjects alike instead of on
+    /// whichever ran while they lasted, and the ratios between subjects hold
+    /// even when the absolute figures move. Each turn starts with one
+    /// untimed operation, so that a sample finds its subject as warm as a
+    /// steady stream would (the others ran in between: with one 8 MiB
+    /// message per sample, a cold turn measures the allocator's page faults).
+    pub fn interleave<E>(&self, subjects: &mut [Ops<'_, E>]) -> Result<Vec<Sampled>, E> {
+        for run in subjects.iter_mut() {
+            for _ in 0..self.warmup {
+                run(black_box(self.ops))?;
+            }
+        }
+        let ops = self.ops as f64;
+        let mut out: Vec<Sampled> = subjects.iter().map(|_| self.empty()).collect();
+        for _ in 0..self.samples {
+            for (run, out) in subjects.iter_mut().zip(&mut out) {
+                run(black_box(1))?;
+                out.sample(ops, || run(black_box(self.ops)))?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn empty(&self) -> Sampled {
+        Sampled {
             ops: self.ops,
             wall_ns: Vec::with_capacity(self.samples),
             cpu_ns: Vec::with_capacity(self.samples),
             cycles: Vec::with_capacity(self.samples),
-        };
-        for _ in 0..self.samples {
-            let input = setup();
-            let cpu0 = thread_cpu_ns();
-            let wall0 = Instant::now();
-            let c0 = cycles();
-            let output = routine(black_box(input))?;
-            let c1 = cycles();
-            let wall = wall0.elapsed();
-            let cpu1 = thread_cpu_ns();
-            drop(black_box(output));
-            out.wall_ns.push(wall.as_nanos() as f64 / ops);
-            out.cpu_ns.push((cpu1 - cpu0) as f64 / ops);
-            out.cycles.push(c1.wrapping_sub(c0) as f64 / ops);
         }
-        Ok(out)
+    }
+}
+
+/// One subject of [`Sampler::interleave`]: performs the operations it is
+/// given the number of.
+pub type Ops<'a, E> = Box<dyn FnMut(u64) -> Result<(), E> + 'a>;
+
+impl Sampled {
+    /// Times `routine` (`ops` operations) and appends the sample; what it
+    /// returns is dropped after the clocks stop.
+    fn sample<R, E>(&mut self, ops: f64, routine: impl FnOnce() -> Result<R, E>) -> Result<(), E> {
+        let cpu0 = thread_cpu_ns();
+        let wall0 = Instant::now();
+        let c0 = cycles();
+        let output = routine()?;
+        let c1 = cycles();
+        let wall = wall0.elapsed();
+        let cpu1 = thread_cpu_ns();
+        drop(black_box(output));
+        self.wall_ns.push(wall.as_nanos() as f64 / ops);
+        self.cpu_ns.push((cpu1 - cpu0) as f64 / ops);
+        self.cycles.push(c1.wrapping_sub(c0) as f64 / ops);
+        Ok(())
     }
 }
 

@@ -31,7 +31,7 @@
 //! CPU the fragments' small hot kernel buffer wins, on two the region does.
 
 use std::hint::black_box;
-use std::io::{self, IoSlice};
+use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
@@ -40,8 +40,8 @@ use ipc_channel::ipc as ic;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::child::{self, Placement};
-use crate::harness::measure::{time_each, Sampled, Sampler};
-use crate::harness::{Case, Ctx, Result};
+use crate::harness::measure::{time_each, Ops, Sampler};
+use crate::harness::{Case, Ctx, Error, Result};
 
 use super::floor;
 
@@ -75,7 +75,9 @@ fn sampler(size: usize, samples: usize) -> Sampler {
     Sampler::new(samples).warmup(3).ops(ops)
 }
 
-type Subject = (&'static str, fn(&Sampler, &[u8]) -> Result<Sampled>);
+/// A subject: given the payload, its channels (set up, untimed) and what one
+/// sample does with them.
+type Subject = (&'static str, for<'a> fn(&'a [u8]) -> Result<Ops<'a, Error>>);
 
 const SUBJECTS: &[Subject] = &[
     ("courier", courier_typed),
@@ -92,13 +94,18 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     for size in sizes(ctx.full()) {
         let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let case = Case::sized("sendrecv", size as u64);
-        for (subject, measure) in SUBJECTS {
-            ctx.status(format!("{} · {subject}", case.name()));
-            let s = measure(&sampler(size, samples), &data)?;
+        ctx.status(case.name());
+        let mut subjects = SUBJECTS
+            .iter()
+            .map(|(_, setup)| setup(&data))
+            .collect::<Result<Vec<_>>>()?;
+        let sampled = sampler(size, samples).interleave(&mut subjects)?;
+        drop(subjects);
+        for ((subject, _), s) in SUBJECTS.iter().zip(sampled) {
             ctx.record(&case, subject, "sendrecv_ns", "ns", &s.wall_ns);
         }
     }
-    ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone)");
+    ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone); subjects take turns, one sample each per round");
     ctx.note(format!(
         "ipc-channel above {} B sends from a scoped thread per message (its send blocks until read); \
          floor above one packet = two warm memcpys",
@@ -107,39 +114,39 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     round_trips(ctx)
 }
 
-fn courier_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
-    courier_value(sampler, data.to_vec())
+fn courier_typed(data: &[u8]) -> Result<Ops<'_, Error>> {
+    courier_value(data.to_vec())
 }
 
-fn courier_serde_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
-    courier_value(sampler, Blob(data.to_vec()))
+fn courier_serde_bytes(data: &[u8]) -> Result<Ops<'_, Error>> {
+    courier_value(Blob(data.to_vec()))
 }
 
 /// Sends `value` and receives it back, per operation.
-fn courier_value<T>(sampler: &Sampler, value: T) -> Result<Sampled>
+fn courier_value<'a, T>(value: T) -> Result<Ops<'a, Error>>
 where
-    T: Serialize + for<'de> Deserialize<'de>,
+    T: Serialize + for<'de> Deserialize<'de> + 'a,
 {
     let (tx, rx) = cr::channel::<T>()?;
     let mut value = Some(value);
-    Ok(sampler.run(|ops| {
+    Ok(Box::new(move |ops| {
         for _ in 0..ops {
             tx.send(value.take().expect("received back"))?;
             value = Some(black_box(rx.recv()?));
         }
-        Ok::<_, cr::IpcError>(())
-    })?)
+        Ok(())
+    }))
 }
 
-fn courier_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+fn courier_bytes(data: &[u8]) -> Result<Ops<'_, Error>> {
     let (tx, rx) = cr::bytes_channel()?;
-    Ok(sampler.run(|ops| {
+    Ok(Box::new(move |ops| {
         for _ in 0..ops {
             tx.send(data)?;
             black_box(rx.recv()?);
         }
-        Ok::<_, cr::IpcError>(())
-    })?)
+        Ok(())
+    }))
 }
 
 fn ic_max_fragment() -> usize {
@@ -167,69 +174,64 @@ fn ic_roundtrip<M: Send, T>(
     })
 }
 
-fn ipc_channel_typed(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+fn ipc_channel_typed(data: &[u8]) -> Result<Ops<'_, Error>> {
     let (tx, rx) = ic::channel::<Vec<u8>>()?;
     let mut value = Some(data.to_vec());
-    sampler.run(|ops| {
+    Ok(Box::new(move |ops| {
         for _ in 0..ops {
             let message = value.take().expect("received back");
             let send = |m| tx.send(m);
             value = Some(ic_roundtrip(data.len(), message, send, || rx.recv())?);
         }
         Ok(())
-    })
+    }))
 }
 
-fn ipc_channel_bytes(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+fn ipc_channel_bytes(data: &[u8]) -> Result<Ops<'_, Error>> {
     let (tx, rx) = ic::bytes_channel()?;
-    sampler.run(|ops| {
+    Ok(Box::new(move |ops| {
         for _ in 0..ops {
             let send = |m: &[u8]| Ok(tx.send(m)?);
             ic_roundtrip(data.len(), data, send, || rx.recv())?;
         }
         Ok(())
-    })
+    }))
 }
 
 /// The least a transport can do: one packet each way through the kernel, or
 /// for larger payloads, a copy in and a copy out of warm memory.
-fn floor(sampler: &Sampler, data: &[u8]) -> Result<Sampled> {
+fn floor(data: &[u8]) -> Result<Ops<'_, Error>> {
     use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
-    let max_packet = net::sockopt::socket_send_buffer_size(
-        &net::socketpair(
+    let pair = || {
+        net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
-        )?
-        .0,
-    )? - 32;
+        )
+    };
+    let max_packet = net::sockopt::socket_send_buffer_size(&pair()?.0)? - 32;
     let mut out = vec![MaybeUninit::<u8>::uninit(); data.len()];
     if data.len() <= max_packet {
-        let (a, b) = net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
-        return Ok(sampler.run(|ops| {
+        let (a, b) = pair()?;
+        return Ok(Box::new(move |ops| {
             for _ in 0..ops {
                 net::send(&a, data, SendFlags::NOSIGNAL)?;
                 black_box(net::recv(&b, &mut out[..], RecvFlags::empty())?);
             }
-            Ok::<_, io::Error>(())
-        })?);
+            Ok(())
+        }));
     }
     let mut staging = data.to_vec();
     let mut out = data.to_vec();
-    Ok(sampler.run(|ops| {
+    Ok(Box::new(move |ops| {
         for _ in 0..ops {
             staging.copy_from_slice(black_box(data));
             out.copy_from_slice(black_box(&staging));
             black_box(&mut out);
         }
-        Ok::<_, io::Error>(())
-    })?)
+        Ok(())
+    }))
 }
 
 // ===== round trips between two processes =====
