@@ -322,7 +322,46 @@ impl<T> Channel<T> {
     }
 
     /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
+    ///
+    /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common case
+    /// (a message in a block's inside, no race), small enough to inline into `recv`; anything
+    /// else goes to the loop, which starts over.
+    #[inline]
     fn reserve_recv(&self, token: &mut ListToken) -> bool {
+        let head = self.head.index.load(Ordering::Acquire);
+        let block = self.head.block.load(Ordering::Acquire);
+        let offset = (head >> SHIFT) % LAP;
+        if offset + 1 < BLOCK_CAP && !block.is_null() {
+            let mut new_head = head + (1 << SHIFT);
+            let mut ready = true;
+            if head & HAS_NEXT == 0 {
+                // SYNC POINT: as in `reserve_recv_loop`.
+                fence(Ordering::SeqCst);
+                let tail = self.tail.index.load(Ordering::Relaxed);
+                ready = head >> SHIFT != tail >> SHIFT;
+                if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
+                    new_head |= HAS_NEXT;
+                }
+            }
+            // SYNC POINT: as in `reserve_recv_loop`.
+            if ready
+                && self
+                    .head
+                    .index
+                    .compare_exchange_weak(head, new_head, Ordering::SeqCst, Ordering::Acquire)
+                    .is_ok()
+            {
+                token.block = block as *const u8;
+                token.offset = offset;
+                return true;
+            }
+        }
+        self.reserve_recv_loop(token)
+    }
+
+    /// [`reserve_recv`](Self::reserve_recv) in every case.
+    #[inline(never)]
+    fn reserve_recv_loop(&self, token: &mut ListToken) -> bool {
         let mut backoff = Backoff::new();
         let mut head = self.head.index.load(Ordering::Acquire);
         let mut block = self.head.block.load(Ordering::Acquire);
