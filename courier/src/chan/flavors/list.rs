@@ -323,9 +323,9 @@ impl<T> Channel<T> {
 
     /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
     ///
-    /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common case
-    /// (a message in a block's inside, no race), small enough to inline into `recv`; anything
-    /// else goes to the loop, which starts over.
+    /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common cases
+    /// (a message inside a block, or none), small enough to inline into `recv`; anything else
+    /// (a block boundary, the first block, a lost race) goes to the loop, which starts over.
     #[inline]
     fn reserve_recv(&self, token: &mut ListToken) -> bool {
         let head = self.head.index.load(Ordering::Acquire);
@@ -333,23 +333,28 @@ impl<T> Channel<T> {
         let offset = (head >> SHIFT) % LAP;
         if offset + 1 < BLOCK_CAP && !block.is_null() {
             let mut new_head = head + (1 << SHIFT);
-            let mut ready = true;
             if head & HAS_NEXT == 0 {
                 // SYNC POINT: as in `reserve_recv_loop`.
                 fence(Ordering::SeqCst);
                 let tail = self.tail.index.load(Ordering::Relaxed);
-                ready = head >> SHIFT != tail >> SHIFT;
+                if head >> SHIFT == tail >> SHIFT {
+                    // Empty (a receiver polling an empty channel must not pay twice).
+                    if tail & MARK_BIT != 0 {
+                        token.block = ptr::null();
+                        return true;
+                    }
+                    return false;
+                }
                 if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
                     new_head |= HAS_NEXT;
                 }
             }
             // SYNC POINT: as in `reserve_recv_loop`.
-            if ready
-                && self
-                    .head
-                    .index
-                    .compare_exchange_weak(head, new_head, Ordering::SeqCst, Ordering::Acquire)
-                    .is_ok()
+            if self
+                .head
+                .index
+                .compare_exchange_weak(head, new_head, Ordering::SeqCst, Ordering::Acquire)
+                .is_ok()
             {
                 token.block = block as *const u8;
                 token.offset = offset;
