@@ -165,6 +165,59 @@ fn large_byte_strings_around_channels_and_fields() {
     }
 }
 
+/// A receiver predicts where a message's large byte string sits from the
+/// last message and receives it into a buffer of its own; every way the
+/// prediction can go wrong still delivers the message whole.
+#[test]
+fn byte_strings_received_apart_survive_every_change_of_layout() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Frame {
+        name: String,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        reply: Option<IpcSender<u32>>,
+        seq: u32,
+    }
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Frame>().unwrap();
+    // (bytes before the string, string length, with a channel)
+    let plan = [
+        (1, 5000, false),
+        (1, 5000, false),
+        (1, 5000, false),
+        (40, 5000, false),
+        (40, 5001, false),
+        (40, 300_000, false),
+        (40, 300_000, false),
+        (3, 300_000, false),
+        (3, 4999, true),
+        (3, 4999, false),
+        (3, 100, false),
+        (3, 70_000, false),
+        (3, 70_000, false),
+        (5000, 70_000, false),
+        (5000, 70_000, false),
+    ];
+    for (seq, &(name, len, with_channel)) in plan.iter().enumerate() {
+        let (reply, reply_rx) = ipc::channel::<u32>().unwrap();
+        tx.send(Frame {
+            name: "n".repeat(name),
+            data: pattern(len, seq as u8),
+            reply: with_channel.then_some(reply),
+            seq: seq as u32,
+        })
+        .unwrap();
+        let got = rx.recv().unwrap();
+        assert_eq!(got.name.len(), name, "message {seq}");
+        assert_eq!(got.data, pattern(len, seq as u8), "message {seq}");
+        assert_eq!(got.seq, seq as u32);
+        if let Some(reply) = got.reply {
+            reply.send(7).unwrap();
+            assert_eq!(reply_rx.recv().unwrap(), 7);
+        }
+    }
+}
+
 /// Serializes differently on every walk: a counter, and that many bytes
 /// more of the counter's value.
 struct Shifty(std::cell::Cell<u8>);

@@ -43,6 +43,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::err::SerDeError;
 use super::platform::{Backlog, OsReceiver};
+use super::split::{self, Layout, Parts};
 
 thread_local! {
     /// What the channel ends in the message being serialized hand over.
@@ -268,22 +269,26 @@ impl Flavor for Whole<'_> {
     }
 }
 
-/// Deserializes a `T` from `bytes` while the descriptors `fds` are available
-/// to the channel ends inside it; closes the ones nobody took.
+/// Deserializes a `T` from `parts` while the descriptors `fds` are available
+/// to the channel ends inside it; closes the ones nobody took. Also returns
+/// where the message's first large byte string sat (see [`split`]).
 pub(crate) fn deserialize_message<T: DeserializeOwned>(
-    bytes: &[u8],
+    parts: Parts<'_>,
     fds: Vec<OwnedFd>,
-) -> Result<T, SerDeError> {
+) -> Result<(T, Option<Layout>), SerDeError> {
+    // `split` may deserialize twice, which must not run into taken channel
+    // ends: a message that carries channels never arrives split.
+    debug_assert!(parts.string.is_none() || fds.is_empty());
     let table = if fds.is_empty() {
         None
     } else {
         Some(fds.into_iter().map(Some).collect())
     };
     let outer = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table));
-    let result = postcard::from_bytes(bytes);
+    let result = split::deserialize(parts);
     let unclaimed = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), outer));
     drop(unclaimed); // closes every descriptor no channel end claimed
-    Ok(result?)
+    result
 }
 
 /// Writes a channel end as the index of its descriptor in the outgoing table.

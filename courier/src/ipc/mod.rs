@@ -57,6 +57,7 @@ mod config;
 mod err;
 mod handles;
 mod platform;
+mod split;
 mod wire;
 
 use std::cell::{Cell, RefCell};
@@ -70,7 +71,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use self::config::{Config, LargeMessages};
 pub use self::err::{IpcError, SerDeError, TryRecvError, WireError};
-use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait};
+use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
+use self::split::{Layout, Parts};
 pub use self::wire::MAX_FDS;
 
 /// Creates a typed channel.
@@ -215,6 +217,9 @@ pub struct IpcReceiver<T> {
     buf: RefCell<Vec<u8>>,
     /// This receiver's size limit, if set (else the process's).
     limit: Cell<Option<u64>>,
+    /// Where the last message's first large byte string sat: where the next
+    /// one's is expected.
+    layout: Cell<Option<Layout>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -230,6 +235,7 @@ where
             os,
             buf: RefCell::new(Vec::new()),
             limit: Cell::new(None),
+            layout: Cell::new(None),
             _type: PhantomData,
         }
     }
@@ -265,12 +271,34 @@ where
             .get()
             .unwrap_or_else(Config::max_message_size_now);
         let mut buf = self.buf.borrow_mut();
-        let fds = self.os.recv_into(&mut buf, wait, limit)?;
-        let value = handles::deserialize_message(&buf, fds).map_err(IpcError::from);
+        // A large byte string where the last message had one goes into a
+        // buffer of its own, which the field it belongs to then keeps.
+        let mut string = Vec::new();
+        let layout = self.layout.get();
+        let split = layout.map(|layout| Split {
+            layout,
+            string: &mut string,
+        });
+        let (fds, split_off) = self.os.recv_message(&mut buf, split, wait, limit)?;
+        let parts = match layout {
+            Some(Layout { at, .. }) if split_off => Parts {
+                head: &buf[..at],
+                string: Some(string),
+                tail: &buf[at..],
+            },
+            _ => Parts {
+                head: &buf,
+                string: None,
+                tail: &[],
+            },
+        };
+        let value = handles::deserialize_message(parts, fds).map_err(IpcError::from);
         if buf.capacity() > KEEP_RECV_BUF {
             *buf = Vec::new();
         }
-        Ok(value?)
+        let (value, seen) = value?;
+        self.layout.set(seen);
+        Ok(value)
     }
 }
 
@@ -414,7 +442,12 @@ impl IpcMessage {
     where
         T: for<'de> Deserialize<'de> + Serialize,
     {
-        handles::deserialize_message(&self.data, self.channels)
+        let parts = Parts {
+            head: &self.data,
+            string: None,
+            tail: &[],
+        };
+        handles::deserialize_message(parts, self.channels).map(|(value, _)| value)
     }
 }
 
@@ -466,6 +499,7 @@ impl OpaqueIpcReceiver {
             os: self.os,
             buf: RefCell::new(Vec::new()),
             limit: Cell::new(None),
+            layout: Cell::new(None),
             _type: PhantomData,
         }
     }
@@ -605,7 +639,13 @@ channel_end! {
     IpcSender<T> => OsSender, |os| IpcSender { os, _type: PhantomData },
         serialize_sender, deserialize_sender;
     IpcReceiver<T> => OsReceiver,
-        |os| IpcReceiver { os, buf: RefCell::new(Vec::new()), limit: Cell::new(None), _type: PhantomData },
+        |os| IpcReceiver {
+            os,
+            buf: RefCell::new(Vec::new()),
+            limit: Cell::new(None),
+            layout: Cell::new(None),
+            _type: PhantomData,
+        },
         handles::serialize_receiver, handles::deserialize_receiver;
     IpcBytesSender => OsSender, |os| IpcBytesSender { os }, serialize_sender, deserialize_sender;
     IpcBytesReceiver => OsReceiver, IpcBytesReceiver::from_os,

@@ -27,5 +27,6 @@
 pub(crate) mod linux;
 
 pub(crate) use linux::{
-    channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Wait,
+    channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split,
+    Wait,
 };

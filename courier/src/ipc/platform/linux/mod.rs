@@ -68,6 +68,7 @@ use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
 use crate::ipc::handles::Descriptor;
+use crate::ipc::split::Layout;
 use crate::ipc::wire::{
     Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN, MAX_FDS,
 };
@@ -525,6 +526,18 @@ struct RecvState {
     refused: VecDeque<u64>,
 }
 
+/// A byte string to receive into a buffer of its own (see `ipc::split`):
+/// where it is predicted to sit in the payload, and the buffer.
+pub(crate) struct Split<'a> {
+    pub layout: Layout,
+    pub string: &'a mut Vec<u8>,
+}
+
+/// A predicted byte string is received into its own buffer only if at most
+/// this many payload bytes come before it (they pass through the scratch
+/// area and are copied).
+const MAX_SPLIT_HEAD: usize = 4096;
+
 /// What a receiver had read off its socket but not handed out, when it is
 /// sent to another process: it travels inside the message that carries the
 /// receiver, so that moving a receiver mid-stream loses nothing. Messages
@@ -584,8 +597,9 @@ const SCATTER_MIN: usize = 4096;
 /// What one read delivered.
 enum Read {
     /// A data packet (checked against the limit and its own length); its
-    /// payload is in the destination buffer.
-    Data(Header),
+    /// payload is in the destination buffer, less the byte string split off
+    /// into its own buffer if the flag is set (see [`Split`]).
+    Data(Header, bool),
     /// A descriptor packet, and whether the kernel dropped some of its
     /// descriptors for lack of room (`MSG_CTRUNC`).
     Fds(FdPacket, Vec<OwnedFd>, bool),
@@ -693,17 +707,33 @@ impl OsReceiver {
     /// Receives one message: its payload replaces the contents of `dst` (the
     /// spare capacity of which is used as the receive buffer), and its
     /// channel descriptors are returned in order.
+    #[inline]
     pub(crate) fn recv_into(
         &self,
         dst: &mut Vec<u8>,
         wait: Wait,
         limit: u64,
     ) -> Result<Vec<OwnedFd>, RecvError> {
+        self.recv_message(dst, None, wait, limit)
+            .map(|(fds, _)| fds)
+    }
+
+    /// [`recv_into`](Self::recv_into), and with `split`, a message without
+    /// channels laid out as predicted has its byte string received into
+    /// `split.string` and the rest into `dst` (`true` returned): the
+    /// payload is `dst[..at]`, the string, `dst[at..]`.
+    pub(crate) fn recv_message(
+        &self,
+        dst: &mut Vec<u8>,
+        mut split: Option<Split<'_>>,
+        wait: Wait,
+        limit: u64,
+    ) -> Result<(Vec<OwnedFd>, bool), RecvError> {
         let mut state = self.state.borrow_mut();
         loop {
             if let Some(ready) = state.ready.pop_front() {
                 *dst = ready.data;
-                return self.finish(&mut state, ready.header, dst, ready.fds);
+                return self.finish(&mut state, ready.header, dst, ready.fds, split);
             }
             if let Some(stale) = state.expire() {
                 return Err(stale.into());
@@ -712,7 +742,7 @@ impl OsReceiver {
             // otherwise read without blocking (a descriptor packet normally
             // follows its message at once) and wait below, with a deadline.
             let dontwait = !matches!(wait, Wait::Block) || !state.waiting.is_empty();
-            let read = match self.read(&state, dst, limit, dontwait) {
+            let read = match self.read(&state, dst, split.as_mut(), limit, dontwait) {
                 Err(RecvError::Disconnected) if !state.waiting.is_empty() => {
                     // The stream ended before the announced descriptors.
                     state.waiting.clear();
@@ -738,14 +768,14 @@ impl OsReceiver {
                 other => other?,
             };
             match read {
-                Read::Data(header) if header.nfds == 0 => {
+                Read::Data(header, split_off) if header.nfds == 0 => {
                     // The steady state: no descriptors, so the payload is inline
                     // (`Header::decode` wants a carrier for any other body).
                     debug_assert_eq!(header.body, Body::Inline);
-                    self.guess.set(dst.len());
-                    return Ok(Vec::new());
+                    self.guess.set(header.total as usize);
+                    return Ok((Vec::new(), split_off));
                 }
-                Read::Data(header) => {
+                Read::Data(header, _) => {
                     let data = std::mem::take(dst);
                     state.waiting.push(Waiting {
                         header,
@@ -770,7 +800,9 @@ impl OsReceiver {
         header: Header,
         dst: &mut Vec<u8>,
         mut fds: Vec<OwnedFd>,
-    ) -> Result<Vec<OwnedFd>, RecvError> {
+        split: Option<Split<'_>>,
+    ) -> Result<(Vec<OwnedFd>, bool), RecvError> {
+        let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
         match header.body {
@@ -783,12 +815,14 @@ impl OsReceiver {
             }
             Body::SharedMemory => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
-                state.regions.copy_out(&carrier, total, dst)?;
+                // Split only a message without channels (see `ipc::split`).
+                let split = split.filter(|_| fds.is_empty());
+                split_off = state.regions.copy_out(&carrier, total, dst, split)?;
             }
         }
         debug_assert!((0..fds.len()).all(|i| header.kind(i) == FdKind::Channel));
-        self.guess.set(dst.len());
-        Ok(fds)
+        self.guess.set(total);
+        Ok((fds, split_off))
     }
 
     /// Reads one packet. A data packet's payload replaces `dst`'s contents;
@@ -797,6 +831,7 @@ impl OsReceiver {
         &self,
         state: &RecvState,
         dst: &mut Vec<u8>,
+        split: Option<&mut Split<'_>>,
         limit: u64,
         dontwait: bool,
     ) -> Result<Read, RecvError> {
@@ -810,6 +845,9 @@ impl OsReceiver {
             }
             if !control && self.guess.get() <= SCATTER_MIN {
                 self.read_small(state, scratch.spare_capacity_mut(), dst, limit, dontwait)
+            } else if let Some(split) = split.filter(|s| !control && s.layout.at <= MAX_SPLIT_HEAD)
+            {
+                self.read_split(scratch.spare_capacity_mut(), dst, split, limit, dontwait)
             } else {
                 self.read_scatter(
                     &mut scratch.spare_capacity_mut()[HEADER_LEN..],
@@ -858,7 +896,7 @@ impl OsReceiver {
         let header = check(Header::decode(header)?, payload.len(), limit)?;
         dst.reserve(payload.len());
         fill_spare(dst, |room| room.copy_to_iter(payload));
-        Ok(Read::Data(header))
+        Ok(Read::Data(header, false))
     }
 
     /// One `recvmsg` scattering the header, then straight into `dst`'s spare
@@ -920,7 +958,84 @@ impl OsReceiver {
         let header = check(header, packet.len - HEADER_LEN, limit)?;
         // The part of the packet the destination had no room for.
         dst.extend_from_slice(tail.filled_bytes());
-        Ok(Read::Data(header))
+        Ok(Read::Data(header, false))
+    }
+
+    /// One `recvmsg` scattering the header and the bytes before the predicted
+    /// byte string into `scratch`, the string into its own buffer, the rest
+    /// after it into `scratch`; `dst` gets the payload less the string. A
+    /// packet that does not match the prediction (shorter, or with
+    /// descriptors to come) is put back together in `dst`.
+    fn read_split(
+        &self,
+        scratch: &mut [MaybeUninit<u8>],
+        dst: &mut Vec<u8>,
+        split: &mut Split<'_>,
+        limit: u64,
+        dontwait: bool,
+    ) -> Result<Read, RecvError> {
+        let Layout { at, len } = split.layout;
+        let string = &mut *split.string;
+        string.clear();
+        string
+            .try_reserve_exact(len)
+            .map_err(|_| WireError::TooLarge {
+                claimed: len as u64,
+                limit,
+            })?;
+        let (front, back) = scratch.split_at_mut(HEADER_LEN + at);
+        let mut front = UbufMut::new(front);
+        let mut middle = UbufMut::new(&mut string.spare_capacity_mut()[..len]);
+        let mut back = UbufMut::new(back);
+        let packet = {
+            let mut iov = [RawIoVec::EMPTY; 3];
+            let mut n = front.io_vecs(&mut iov);
+            n += middle.io_vecs(&mut iov[n..]);
+            n += back.io_vecs(&mut iov[n..]);
+            socket::recv(self.fd(), &mut iov[..n], false, dontwait)?
+        };
+        // Where the kernel put the packet: front, middle, back, in order.
+        let mut left = packet
+            .len
+            .min(front.remaining() + middle.remaining() + back.remaining());
+        let in_front = left.min(front.remaining());
+        left -= in_front;
+        let in_middle = left.min(middle.remaining());
+        let in_back = left - in_middle;
+        // SAFETY: `recvmsg` wrote `packet.len` bytes into the iovec entries
+        // in order, so the first `in_front`, `in_middle` and `in_back` bytes
+        // of the three destinations are initialised.
+        unsafe {
+            front.advance(in_front);
+            middle.advance(in_middle);
+            back.advance(in_back);
+        }
+        // SAFETY: `middle` (no longer used) covered the first `len` bytes of `string`'s spare
+        // capacity, and its first `in_middle <= len` bytes were written.
+        unsafe { string.set_len(in_middle) };
+        if packet.len == 0 && !packet.truncated {
+            return Err(self.empty_packet());
+        }
+        if packet.truncated {
+            return Err(WireError::Truncated.into());
+        }
+        let front = front.filled_bytes();
+        if PacketKind::of(front)? == PacketKind::Fds {
+            let fd_packet = FdPacket::decode(front.get(..FD_PACKET_LEN).unwrap_or(front))?;
+            return Ok(Read::Fds(fd_packet, packet.fds, packet.control_truncated));
+        }
+        let (header, head) = front
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(WireError::BadHeader("short packet"))?;
+        let header = check(Header::decode(header)?, packet.len - HEADER_LEN, limit)?;
+        dst.clear();
+        dst.extend_from_slice(head);
+        let split_off = in_middle == len && header.nfds == 0;
+        if !split_off {
+            dst.append(string);
+        }
+        dst.extend_from_slice(back.filled_bytes());
+        Ok(Read::Data(header, split_off))
     }
 
     /// A read of zero bytes: the end of the stream if the peer is gone, else

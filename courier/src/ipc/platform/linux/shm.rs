@@ -48,6 +48,8 @@ use rustix::mm::{self, MapFlags, ProtFlags};
 
 use crate::ipc::err::WireError;
 
+use super::Split;
+
 /// Bytes before the payload: the state word, padded to a cache line.
 pub(crate) const REGION_HEADER: usize = 64;
 
@@ -227,13 +229,16 @@ impl std::fmt::Debug for MapCache {
 
 impl MapCache {
     /// Validates the region `fd` and appends its `total` payload bytes to
-    /// `dst`, then marks the region free for its sender.
+    /// `dst`, then marks the region free for its sender. With `split`, if
+    /// the payload is long enough, the predicted byte string goes to its own
+    /// buffer instead (`true` returned; see `ipc::split`).
     pub(crate) fn copy_out(
         &mut self,
         fd: &OwnedFd,
         total: usize,
         dst: &mut Vec<u8>,
-    ) -> Result<(), WireError> {
+        split: Option<Split<'_>>,
+    ) -> Result<bool, WireError> {
         let stat = fs::fstat(fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < total {
@@ -269,23 +274,48 @@ impl MapCache {
             }
         };
         let map = &self.entries[i].2;
-        dst.try_reserve_exact(total)
-            .map_err(|_| WireError::TooLarge {
-                claimed: total as u64,
-                limit: 0,
-            })?;
-        let spare = dst.spare_capacity_mut();
+        let src = map.payload();
         // The sender may still write the source: we copy raw bytes, never form
         // a reference to them, and the result is validated as untrusted input.
-        // SAFETY: sealed against shrinking, and `size - REGION_HEADER >= total`:
-        // `total` bytes after the header stay mapped; `spare` has room for them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(map.payload(), spare.as_mut_ptr().cast::<u8>(), total)
-        };
-        // SAFETY: the copy above initialised `total` bytes after `len`.
-        unsafe { dst.set_len(dst.len() + total) };
+        let split = split.filter(|s| s.layout.at + s.layout.len <= total);
+        let split_off = split.is_some();
+        // Sealed against shrinking, and `size - REGION_HEADER >= total`: the
+        // `total` payload bytes after the header stay mapped, and every range
+        // copied below lies within them.
+        match split {
+            Some(Split { layout, string }) => {
+                let end = layout.at + layout.len;
+                string.clear();
+                // SAFETY: `[0, at)` is within the payload (see above).
+                unsafe { append_raw(dst, src, layout.at)? };
+                // SAFETY: `[at, end)` is within the payload, `end <= total`.
+                unsafe { append_raw(string, src.add(layout.at), layout.len)? };
+                // SAFETY: `[end, total)` is within the payload.
+                unsafe { append_raw(dst, src.add(end), total - end)? };
+            }
+            // SAFETY: `[0, total)` is the payload.
+            None => unsafe { append_raw(dst, src, total)? },
+        }
         // SYNC POINT: sender's `Acquire` load in `Pool::take_filled`.
         map.state().store(FREE, Ordering::Release);
-        Ok(())
+        Ok(split_off)
     }
+}
+
+/// Appends the `n` bytes at `src` to `dst`.
+///
+/// # Safety
+/// `src` must be valid for reads of `n` bytes and not overlap `dst`'s buffer.
+unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, n: usize) -> Result<(), WireError> {
+    dst.try_reserve_exact(n).map_err(|_| WireError::TooLarge {
+        claimed: n as u64,
+        limit: 0,
+    })?;
+    let spare = dst.spare_capacity_mut();
+    // SAFETY: the caller vouches for `src`; `spare` has room for `n` bytes
+    // (reserved above) and is memory of our own, so cannot overlap it.
+    unsafe { std::ptr::copy_nonoverlapping(src, spare.as_mut_ptr().cast::<u8>(), n) };
+    // SAFETY: the copy above initialised `n` bytes after `len`.
+    unsafe { dst.set_len(dst.len() + n) };
+    Ok(())
 }

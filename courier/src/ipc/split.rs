@@ -1,0 +1,558 @@
+//! Receiving a message's first large byte string into a buffer of its own.
+//!
+//! A `serde_bytes` field deserializes through `deserialize_byte_buf`, and its
+//! visitor copies the bytes out of the receive buffer unless the deserializer
+//! hands it an owned `Vec` (`visit_byte_buf`), which postcard never does. So
+//! the receiver scatters the string straight into a `Vec` of its own (the
+//! kernel's copy, or the copy out of a shared-memory region, is the only
+//! one), and deserializes through [`Strings`], an adapter over postcard's
+//! deserializer that gives that `Vec` away when the field asks for it.
+//!
+//! Where the string sits is predicted from the previous message (a stream of
+//! one message type repeats its layout). The rest of the message is read as
+//! two slices with a gap between them; a read that reaches into the gap means
+//! the prediction was wrong, and the message is deserialized again from one
+//! contiguous copy ([`deserialize`] does that itself). A first pass may have
+//! had side effects only through channel ends (descriptor indices), so
+//! messages that carry descriptors are never split.
+//!
+//! No `unsafe`: the detached string is never lent out as a slice, only moved.
+
+use std::cell::{Cell, RefCell};
+
+use postcard::de_flavors::Flavor;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, Visitor};
+
+use super::err::SerDeError;
+
+/// A byte string at least this long is worth receiving into its own buffer
+/// (it matches `handles::DIRECT_MIN`, what a sender sends from the caller's
+/// memory).
+pub(crate) const SPLIT_MIN: usize = 2048;
+
+/// Where a message's first large byte string sits: `at` bytes of the
+/// payload come before its contents, which are `len` bytes long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub at: usize,
+    pub len: usize,
+}
+
+/// A received payload: `head`, then the string (if it was split off), then
+/// `tail`.
+pub(crate) struct Parts<'a> {
+    pub head: &'a [u8],
+    pub string: Option<Vec<u8>>,
+    pub tail: &'a [u8],
+}
+
+/// Deserializes a `T` from `parts`, handing the detached string to the field
+/// that asks for it. Returns the value and the layout of the first large byte
+/// string met, to predict the next message's.
+pub(crate) fn deserialize<T: DeserializeOwned>(
+    parts: Parts<'_>,
+) -> Result<(T, Option<Layout>), SerDeError> {
+    let Parts { head, string, tail } = parts;
+    let state = State {
+        head,
+        tail,
+        pos: Cell::new(0),
+        split: string.as_ref().map(|s| Layout {
+            at: head.len(),
+            len: s.len(),
+        }),
+        string: RefCell::new(string),
+        seen: Cell::new(None),
+    };
+    let mut postcard = postcard::Deserializer::from_flavor(Input { state: &state });
+    let result = T::deserialize(Wrap {
+        inner: &mut postcard,
+        state: &state,
+    });
+    match (result, state.string.take()) {
+        (Ok(value), _) => Ok((value, state.seen.get())),
+        // The string was split off and no field took it: the prediction was
+        // wrong (or the message is malformed, which the next pass reports).
+        // Put the string back where it was and start over.
+        (Err(_), Some(string)) => {
+            let mut whole = Vec::with_capacity(head.len() + string.len() + tail.len());
+            whole.extend_from_slice(head);
+            whole.extend_from_slice(&string);
+            whole.extend_from_slice(tail);
+            deserialize(Parts {
+                head: &whole,
+                string: None,
+                tail: &[],
+            })
+        }
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+/// What the input and the adapter share.
+struct State<'p> {
+    head: &'p [u8],
+    tail: &'p [u8],
+    /// The input's position in the payload (the gap counted).
+    pos: Cell<usize>,
+    /// Where the detached string sits, if it was split off.
+    split: Option<Layout>,
+    /// The detached string, until a field takes it.
+    string: RefCell<Option<Vec<u8>>>,
+    /// The first large byte string met.
+    seen: Cell<Option<Layout>>,
+}
+
+/// postcard's input: `head`, a gap the size of the detached string, `tail`.
+/// A read into the gap fails (the string is only ever moved, never lent).
+struct Input<'de> {
+    state: &'de State<'de>,
+}
+
+impl<'de> Input<'de> {
+    fn take(&mut self, n: usize) -> postcard::Result<&'de [u8]> {
+        let State {
+            head, tail, pos, ..
+        } = self.state;
+        let at = pos.get();
+        let end = at
+            .checked_add(n)
+            .ok_or(postcard::Error::DeserializeUnexpectedEnd)?;
+        let tail_at = head.len() + self.state.split.map_or(0, |s| s.len);
+        let bytes = if end <= head.len() {
+            &head[at..end]
+        } else if at >= tail_at {
+            tail.get(at - tail_at..end - tail_at)
+                .ok_or(postcard::Error::DeserializeUnexpectedEnd)?
+        } else {
+            return Err(postcard::Error::DeserializeUnexpectedEnd);
+        };
+        pos.set(end);
+        Ok(bytes)
+    }
+}
+
+impl<'de> Flavor<'de> for Input<'de> {
+    type Remainder = ();
+    type Source = ();
+
+    fn pop(&mut self) -> postcard::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        let s = self.state;
+        let total = s.head.len() + s.split.map_or(0, |s| s.len) + s.tail.len();
+        Some(total.saturating_sub(s.pos.get()))
+    }
+
+    fn try_take_n(&mut self, ct: usize) -> postcard::Result<&'de [u8]> {
+        self.take(ct)
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a postcard varint (a length) at the start of `bytes`: its value and
+/// how many bytes encode it.
+fn varint(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut value: u64 = 0;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f).checked_shl(7 * i as u32)?;
+        if b & 0x80 == 0 {
+            return Some((usize::try_from(value).ok()?, i + 1));
+        }
+    }
+    None
+}
+
+/// The adapter. Wrapping the deserializer alone would not do: postcard hands
+/// the nested deserializers to visitors, seeds and accessors, so each of
+/// those is wrapped too, and every nested value goes through
+/// [`Wrap::deserialize_byte_buf`].
+struct Wrap<'a, 'p, T> {
+    inner: T,
+    state: &'a State<'p>,
+}
+
+impl<'a, 'p, T> Wrap<'a, 'p, T> {
+    fn wrap<U>(&self, inner: U) -> Wrap<'a, 'p, U> {
+        Wrap {
+            inner,
+            state: self.state,
+        }
+    }
+}
+
+macro_rules! forward_deserialize {
+    ($($method:ident $(($($arg:ident: $ty:ty),*))?;)*) => {$(
+        fn $method<V: Visitor<'de>>(
+            self,
+            $($($arg: $ty,)*)?
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            let visitor = self.wrap(visitor);
+            self.inner.$method($($($arg,)*)? visitor)
+        }
+    )*};
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
+    type Error = D::Error;
+
+    forward_deserialize! {
+        deserialize_any; deserialize_bool; deserialize_i8; deserialize_i16; deserialize_i32;
+        deserialize_i64; deserialize_i128; deserialize_u8; deserialize_u16; deserialize_u32;
+        deserialize_u64; deserialize_u128; deserialize_f32; deserialize_f64; deserialize_char;
+        deserialize_str; deserialize_string; deserialize_bytes; deserialize_option;
+        deserialize_unit; deserialize_seq; deserialize_map; deserialize_identifier;
+        deserialize_ignored_any;
+        deserialize_unit_struct(name: &'static str);
+        deserialize_newtype_struct(name: &'static str);
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+    }
+
+    /// The detached string if this is where it sits; notes where the first
+    /// large byte string was, either way.
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        let state = self.state;
+        let pos = state.pos.get();
+        if let Some((len, n)) = state.head.get(pos..).and_then(varint) {
+            let here = Layout { at: pos + n, len };
+            if state.split == Some(here) {
+                if let Some(string) = state.string.borrow_mut().take() {
+                    state.pos.set(here.at + here.len);
+                    state.seen.set(state.seen.get().or(Some(here)));
+                    return visitor.visit_byte_buf(string);
+                }
+            }
+            if len >= SPLIT_MIN && state.seen.get().is_none() {
+                state.seen.set(Some(here));
+            }
+        }
+        let visitor = self.wrap(visitor);
+        self.inner.deserialize_byte_buf(visitor)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.inner.is_human_readable()
+    }
+}
+
+macro_rules! forward_visit {
+    ($($method:ident($ty:ty);)*) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<Self::Value, E> {
+            self.inner.$method(v)
+        }
+    )*};
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, '_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    forward_visit! {
+        visit_bool(bool); visit_i8(i8); visit_i16(i16); visit_i32(i32); visit_i64(i64);
+        visit_i128(i128); visit_u8(u8); visit_u16(u16); visit_u32(u32); visit_u64(u64);
+        visit_u128(u128); visit_f32(f32); visit_f64(f64); visit_char(char);
+        visit_str(&str); visit_borrowed_str(&'de str); visit_string(String);
+        visit_bytes(&[u8]); visit_borrowed_bytes(&'de [u8]); visit_byte_buf(Vec<u8>);
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let d = self.wrap(d);
+        self.inner.visit_some(d)
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let d = self.wrap(d);
+        self.inner.visit_newtype_struct(d)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let seq = self.wrap(seq);
+        self.inner.visit_seq(seq)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let map = self.wrap(map);
+        self.inner.visit_map(map)
+    }
+
+    fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
+        let data = self.wrap(data);
+        self.inner.visit_enum(data)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Wrap<'_, '_, S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        let d = self.wrap(d);
+        self.inner.deserialize(d)
+    }
+}
+
+impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Wrap<'_, '_, A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        let seed = self.wrap(seed);
+        self.inner.next_element_seed(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for Wrap<'_, '_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        let seed = self.wrap(seed);
+        self.inner.next_key_seed(seed)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        let seed = self.wrap(seed);
+        self.inner.next_value_seed(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'de, 'a, 'p, A: de::EnumAccess<'de>> de::EnumAccess<'de> for Wrap<'a, 'p, A> {
+    type Error = A::Error;
+    type Variant = Wrap<'a, 'p, A::Variant>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), A::Error> {
+        let seed = self.wrap(seed);
+        let state = self.state;
+        let (value, variant) = self.inner.variant_seed(seed)?;
+        Ok((
+            value,
+            Wrap {
+                inner: variant,
+                state,
+            },
+        ))
+    }
+}
+
+impl<'de, A: de::VariantAccess<'de>> de::VariantAccess<'de> for Wrap<'_, '_, A> {
+    type Error = A::Error;
+
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.inner.unit_variant()
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
+        let seed = self.wrap(seed);
+        self.inner.newtype_variant_seed(seed)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        let visitor = self.wrap(visitor);
+        self.inner.tuple_variant(len, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        let visitor = self.wrap(visitor);
+        self.inner.struct_variant(fields, visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Frame {
+        id: u32,
+        #[serde(with = "serde_bytes")]
+        pixels: Vec<u8>,
+        note: Option<String>,
+    }
+
+    fn frame() -> (Frame, Vec<u8>, Layout) {
+        let frame = Frame {
+            id: 300,
+            pixels: (0..5000).map(|i| i as u8).collect(),
+            note: Some("after".into()),
+        };
+        let bytes = postcard::to_allocvec(&frame).unwrap();
+        // id: 2 bytes of varint; the length 5000: 2 bytes.
+        let layout = Layout { at: 4, len: 5000 };
+        assert_eq!(&bytes[layout.at..layout.at + 5], &frame.pixels[..5]);
+        (frame, bytes, layout)
+    }
+
+    fn split(bytes: &[u8], at: usize, len: usize) -> (&[u8], Vec<u8>, &[u8]) {
+        (
+            &bytes[..at],
+            bytes[at..at + len].to_vec(),
+            &bytes[at + len..],
+        )
+    }
+
+    #[test]
+    fn a_contiguous_message_reports_where_its_string_was() {
+        let (frame, bytes, layout) = frame();
+        let parts = Parts {
+            head: &bytes,
+            string: None,
+            tail: &[],
+        };
+        let (got, seen) = deserialize::<Frame>(parts).unwrap();
+        assert_eq!(got, frame);
+        assert_eq!(seen, Some(layout));
+    }
+
+    #[test]
+    fn the_split_off_string_is_handed_over_not_copied() {
+        let (frame, bytes, layout) = frame();
+        let (head, string, tail) = split(&bytes, layout.at, layout.len);
+        let buffer = string.as_ptr();
+        let parts = Parts {
+            head,
+            string: Some(string),
+            tail,
+        };
+        let (got, seen) = deserialize::<Frame>(parts).unwrap();
+        assert_eq!(got, frame);
+        assert_eq!(got.pixels.as_ptr(), buffer);
+        assert_eq!(seen, Some(layout));
+    }
+
+    #[test]
+    fn a_wrong_prediction_falls_back_to_one_buffer() {
+        let (frame, bytes, layout) = frame();
+        for (at, len) in [(3, 5000), (5, 4000), (0, 100), (4, 5003), (10, 2)] {
+            let (head, string, tail) = split(&bytes, at, len);
+            let parts = Parts {
+                head,
+                string: Some(string),
+                tail,
+            };
+            let (got, seen) = deserialize::<Frame>(parts).unwrap();
+            assert_eq!(got, frame, "split at {at}+{len}");
+            assert_eq!(seen, Some(layout));
+        }
+    }
+
+    #[test]
+    fn nested_strings_go_through_every_wrapper() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        enum Msg {
+            Ping,
+            Frames(Vec<Option<Frame>>),
+            Pair(u8, Frame),
+        }
+        let (frame, ..) = frame();
+        let msg = Msg::Frames(vec![None, Some(frame)]);
+        let bytes = postcard::to_allocvec(&msg).unwrap();
+        let (got, seen) = deserialize::<Msg>(Parts {
+            head: &bytes,
+            string: None,
+            tail: &[],
+        })
+        .unwrap();
+        assert_eq!(got, msg);
+        let seen = seen.expect("the frame's pixels");
+        let (head, string, tail) = split(&bytes, seen.at, seen.len);
+        let buffer = string.as_ptr();
+        let (got, _) = deserialize::<Msg>(Parts {
+            head,
+            string: Some(string),
+            tail,
+        })
+        .unwrap();
+        let Msg::Frames(frames) = &got else {
+            panic!("not frames")
+        };
+        assert_eq!(frames[1].as_ref().unwrap().pixels.as_ptr(), buffer);
+        assert_eq!(got, msg);
+        let pair = postcard::to_allocvec(&Msg::Pair(7, frame_only())).unwrap();
+        assert_eq!(
+            deserialize::<Msg>(Parts {
+                head: &pair,
+                string: None,
+                tail: &[]
+            })
+            .unwrap()
+            .0,
+            Msg::Pair(7, frame_only())
+        );
+        assert_eq!(
+            deserialize::<Msg>(Parts {
+                head: &[0],
+                string: None,
+                tail: &[]
+            })
+            .unwrap()
+            .0,
+            Msg::Ping
+        );
+    }
+
+    fn frame_only() -> Frame {
+        frame().0
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_split_or_not() {
+        let (_, bytes, layout) = frame();
+        let cut = &bytes[..bytes.len() - 3];
+        assert!(deserialize::<Frame>(Parts {
+            head: cut,
+            string: None,
+            tail: &[]
+        })
+        .is_err());
+        let (head, string, _) = split(&bytes, layout.at, layout.len);
+        assert!(deserialize::<Frame>(Parts {
+            head,
+            string: Some(string),
+            tail: &[0xff],
+        })
+        .is_err());
+        assert_eq!(varint(&[0xff; 11]), None);
+        assert_eq!(varint(&[0x80]), None);
+        assert_eq!(varint(&[0x88, 0x27]), Some((5000, 2)));
+    }
+}
