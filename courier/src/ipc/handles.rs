@@ -285,7 +285,15 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
         Some(fds.into_iter().map(Some).collect())
     };
     let outer = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table));
-    let result = split::deserialize(parts);
+    let result = match parts {
+        // Too short to hold a byte string worth splitting off: no adapter.
+        Parts {
+            head, string: None, ..
+        } if head.len() < split::SPLIT_MIN => postcard::from_bytes(head)
+            .map(|value| (value, None))
+            .map_err(SerDeError::from),
+        parts => split::deserialize(parts),
+    };
     let unclaimed = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), outer));
     drop(unclaimed); // closes every descriptor no channel end claimed
     result

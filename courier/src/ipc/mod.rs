@@ -273,20 +273,25 @@ where
         let mut buf = self.buf.borrow_mut();
         // A large byte string where the last message had one goes into a
         // buffer of its own, which the field it belongs to then keeps.
-        let mut string = Vec::new();
-        let layout = self.layout.get();
-        let split = layout.map(|layout| Split {
-            layout,
-            string: &mut string,
-        });
-        let (fds, split_off) = self.os.recv_message(&mut buf, split, wait, limit)?;
-        let parts = match layout {
-            Some(Layout { at, .. }) if split_off => Parts {
+        let (fds, split_off) = match self.layout.get() {
+            None => (self.os.recv_into(&mut buf, wait, limit)?, None),
+            Some(layout) => {
+                let mut string = Vec::new();
+                let split = Split {
+                    layout,
+                    string: &mut string,
+                };
+                let (fds, split_off) = self.os.recv_message(&mut buf, Some(split), wait, limit)?;
+                (fds, split_off.then_some((layout.at, string)))
+            }
+        };
+        let parts = match split_off {
+            Some((at, string)) => Parts {
                 head: &buf[..at],
                 string: Some(string),
                 tail: &buf[at..],
             },
-            _ => Parts {
+            None => Parts {
                 head: &buf,
                 string: None,
                 tail: &[],

@@ -64,11 +64,21 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
         string: RefCell::new(string),
         seen: Cell::new(None),
     };
-    let mut postcard = postcard::Deserializer::from_flavor(Input { state: &state });
-    let result = T::deserialize(Wrap {
-        inner: &mut postcard,
-        state: &state,
-    });
+    let result = if state.split.is_some() {
+        let mut postcard = postcard::Deserializer::from_flavor(Input { state: &state });
+        T::deserialize(Wrap {
+            inner: &mut postcard,
+            state: &state,
+        })
+    } else {
+        // One contiguous buffer: postcard's own input, which is cheaper
+        // per read than `Input`'s bookkeeping.
+        let mut postcard = postcard::Deserializer::from_bytes(head);
+        T::deserialize(Wrap {
+            inner: &mut postcard,
+            state: &state,
+        })
+    };
     match (result, state.string.take()) {
         (Ok(value), _) => Ok((value, state.seen.get())),
         // The string was split off and no field took it: the prediction was
@@ -221,6 +231,15 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
     /// large byte string was, either way.
     fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
         let state = self.state;
+        if state.split.is_none() {
+            // Contiguous: postcard's input keeps the position, so find the
+            // string by where the slice it hands the visitor points.
+            let visitor = Learn {
+                inner: self.wrap(visitor),
+                state,
+            };
+            return self.inner.deserialize_byte_buf(visitor);
+        }
         let pos = state.pos.get();
         if let Some((len, n)) = state.head.get(pos..).and_then(varint) {
             let here = Layout { at: pos + n, len };
@@ -241,6 +260,50 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
 
     fn is_human_readable(&self) -> bool {
         self.inner.is_human_readable()
+    }
+}
+
+/// A byte string's visitor on the contiguous path: notes where the string
+/// sits in the payload, then visits.
+struct Learn<'a, 'p, V> {
+    inner: V,
+    state: &'a State<'p>,
+}
+
+impl<V> Learn<'_, '_, V> {
+    fn note(&self, bytes: &[u8]) {
+        let state = self.state;
+        // Address arithmetic only: no pointer is formed from it.
+        let at = (bytes.as_ptr() as usize).wrapping_sub(state.head.as_ptr() as usize);
+        if bytes.len() >= SPLIT_MIN
+            && state.seen.get().is_none()
+            && at
+                .checked_add(bytes.len())
+                .is_some_and(|end| end <= state.head.len())
+        {
+            state.seen.set(Some(Layout {
+                at,
+                len: bytes.len(),
+            }));
+        }
+    }
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Learn<'_, '_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+        self.note(v);
+        self.inner.visit_bytes(v)
+    }
+
+    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Self::Value, E> {
+        self.note(v);
+        self.inner.visit_borrowed_bytes(v)
     }
 }
 
