@@ -107,7 +107,14 @@ fn walk<T: Serialize + ?Sized, R>(
     buf: &mut Vec<u8>,
     send: impl FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
 ) -> Result<R, SerDeError> {
-    let skipped = postcard::serialize_with_flavor(value, Measure { buf, skipped: None })?;
+    // The flavor owns the buffer while it writes (a `&mut Vec` would make
+    // every byte's push reload and store the length through memory).
+    let measure = Measure {
+        buf: std::mem::take(buf),
+        skipped: None,
+    };
+    let skipped;
+    (*buf, skipped) = postcard::serialize_with_flavor(value, measure)?;
     let fds = OUTGOING.with(|o| {
         let mut o = o.borrow_mut();
         let table = o.as_mut().expect("serialize_message set the table");
@@ -161,13 +168,13 @@ struct Skip {
 
 /// The first walk: writes the message into a buffer, except the first byte
 /// string that [`direct`] picks, which it only notes.
-struct Measure<'a> {
-    buf: &'a mut Vec<u8>,
+struct Measure {
+    buf: Vec<u8>,
     skipped: Option<Skip>,
 }
 
-impl Flavor for Measure<'_> {
-    type Output = Option<Skip>;
+impl Flavor for Measure {
+    type Output = (Vec<u8>, Option<Skip>);
 
     #[inline]
     fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
@@ -188,8 +195,8 @@ impl Flavor for Measure<'_> {
         Ok(())
     }
 
-    fn finalize(self) -> postcard::Result<Option<Skip>> {
-        Ok(self.skipped)
+    fn finalize(self) -> postcard::Result<(Vec<u8>, Option<Skip>)> {
+        Ok((self.buf, self.skipped))
     }
 }
 
