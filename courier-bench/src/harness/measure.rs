@@ -282,6 +282,40 @@ pub fn time_each<E>(
     })
 }
 
+/// [`time_each`] for several subjects that take turns: after each one's
+/// warm-up, `rounds` rounds in which every subject times `n / rounds` of its
+/// operations (see [`Sampler::interleave`] for why).
+pub fn time_each_interleaved<E>(
+    warmup: usize,
+    n: usize,
+    rounds: usize,
+    subjects: &mut [Box<dyn FnMut() -> Result<(), E> + '_>],
+) -> Result<Vec<Each>, E> {
+    let rounds = rounds.clamp(1, n.max(1));
+    let per_round = n / rounds;
+    let mut out: Vec<(Each, u64)> = Vec::with_capacity(subjects.len());
+    for op in subjects.iter_mut() {
+        for _ in 0..warmup {
+            op()?;
+        }
+        out.push((Each::default(), 0));
+    }
+    for _ in 0..rounds {
+        for (op, (each, cpu)) in subjects.iter_mut().zip(&mut out) {
+            let chunk = time_each(0, per_round, op)?;
+            *cpu += (chunk.cpu_ns_per_op * per_round as f64) as u64;
+            each.ns.extend(chunk.ns);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(mut each, cpu)| {
+            each.cpu_ns_per_op = cpu as f64 / each.ns.len().max(1) as f64;
+            each
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,7 @@ use rustix::net::{
 };
 use rustix::thread::futex;
 
-use crate::harness::child::{inherited_fd, Peer, Placement};
+use crate::harness::child::{inherited_fd, Affinity, Peer, Placement};
 use crate::harness::measure::{time_each, Each, Sampled, Sampler};
 use crate::harness::mem::{memfd, Mapping};
 use crate::harness::report::FLOOR;
@@ -264,22 +264,34 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// socketpair, in `placement`.
 pub fn socket_rtt(placement: Placement, size: usize, warmup: usize, n: usize) -> Result<Each> {
     let placed = placement.enter()?;
+    let (ours, peer) = socket_echo(&placed, size)?;
+    let each = time_each(warmup, n, socket_round_trip(&ours, size))?;
+    drop(ours); // EOF: the child exits
+    peer.wait()?;
+    Ok(each)
+}
+
+/// A child echoing messages of up to `size` bytes on a `SOCK_SEQPACKET`
+/// socketpair, placed as `placed` says; our end, and the child (which exits
+/// when our end is closed).
+pub fn socket_echo(placed: &Affinity, size: usize) -> Result<(OwnedFd, Peer)> {
     let (ours, theirs) = seqpacket_pair()?;
     let peer = placed.spawn("floor-echo-socket", &[size.to_string()], &[theirs.as_fd()])?;
-    drop(theirs);
+    Ok((ours, peer))
+}
+
+/// One round trip of `size` bytes through `socket_echo`'s child.
+pub fn socket_round_trip(ours: &OwnedFd, size: usize) -> impl FnMut() -> io::Result<()> + '_ {
     let msg = vec![0x5au8; size];
     let mut buf = vec![0u8; size.max(1)];
-    let each = time_each(warmup, n, || {
-        send(&ours, &msg, SendFlags::empty())?;
-        let (got, _) = recv(&ours, &mut buf[..], RecvFlags::empty())?;
+    move || {
+        send(ours, &msg, SendFlags::empty())?;
+        let (got, _) = recv(ours, &mut buf[..], RecvFlags::empty())?;
         if got != size {
             return Err(io::Error::other(format!("echoed {got} of {size} bytes")));
         }
         Ok(())
-    })?;
-    drop(ours); // EOF: the child exits
-    peer.wait()?;
-    Ok(each)
+    }
 }
 
 /// Child: echo every message on descriptor 0 until EOF. Args: max size.

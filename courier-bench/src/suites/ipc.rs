@@ -25,7 +25,9 @@
 //! # `rtt_<size>_<placement>`: round trips between two processes
 //! A child echoes every message back on a second channel; both crates use
 //! their own one-shot server to bootstrap and bytes channels to carry the
-//! payload; every round trip is timed on its own (p50, p99). Sizes: the
+//! payload; every round trip is timed on its own (p50, p99), the subjects
+//! (each with its own child) taking turns in rounds. Placements: `pinned`
+//! (both processes on one CPU) and `split` (one CPU each). Sizes: the
 //! issue's 64 B, 4 KiB and 64 KiB, plus 1 MiB and 8 MiB, where courier's
 //! whole-message region and ipc-channel's fragment stream part ways: on one
 //! CPU the fragments' small hot kernel buffer wins, on two the region does.
@@ -40,7 +42,7 @@ use ipc_channel::ipc as ic;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::child::{self, Placement};
-use crate::harness::measure::{time_each, Ops, Sampler};
+use crate::harness::measure::{time_each_interleaved, Ops, Sampler};
 use crate::harness::{Case, Ctx, Error, Result};
 
 use super::floor;
@@ -248,60 +250,78 @@ const MAX_FLOOR_RTT: usize = 65536;
 type CourierBoot = (cr::IpcBytesSender, cr::IpcBytesReceiver);
 type IpcChannelBoot = (ic::IpcBytesSender, ic::IpcBytesReceiver);
 
+/// Rounds in which the subjects of a round-trip case take turns.
+const RTT_ROUNDS: usize = 10;
+
 fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
     let all = ctx.pick(2000, 20000);
-    for placement in [Placement::Pinned, Placement::Unpinned, Placement::Split] {
+    // Not `Unpinned`: left to the scheduler, each subject's child lands on
+    // the parent's CPU or the other one by chance (a 6 µs or an 80 µs round
+    // trip), so subjects measured side by side compare placements, not
+    // transports. `Pinned` and `Split` are those two cases, controlled.
+    for placement in [Placement::Pinned, Placement::Split] {
         for (size, share) in RTT_SIZES {
             let n = all / share;
             let warmup = (n / 10).min(200);
             let data = vec![7u8; size];
             let case = Case::sized(format!("rtt_{}", placement.label()), size as u64);
+            ctx.status(case.name());
+            let placed = placement.enter()?;
 
-            ctx.status(format!("{} · courier", case.name()));
-            let each = {
-                let placed = placement.enter()?;
-                let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
-                let peer = placed.spawn("ipc-echo-courier", &[name], &[])?;
-                let (_rx, (tx, rx)) = server.accept_timeout(Duration::from_secs(30))?;
-                let each = time_each(warmup, n, || {
-                    tx.send(&data)?;
-                    black_box(rx.recv()?);
-                    Ok::<_, cr::IpcError>(())
-                })?;
-                drop((tx, rx));
-                peer.wait()?;
-                each
-            };
-            ctx.record_latencies(&case, "courier", "rtt", &each);
-
-            ctx.status(format!("{} · ipc-channel", case.name()));
-            let each = {
-                let placed = placement.enter()?;
-                let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
-                let peer = placed.spawn("ipc-echo-ipc-channel", &[name], &[])?;
-                let (_rx, (tx, rx)) = server.accept()?;
-                let each = time_each(warmup, n, || {
-                    tx.send(&data)?;
-                    black_box(rx.recv()?);
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-                })?;
-                drop((tx, rx));
-                peer.wait()?;
-                each
-            };
-            ctx.record_latencies(&case, "ipc-channel", "rtt", &each);
-
+            let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
+            let courier_peer = placed.spawn("ipc-echo-courier", &[name], &[])?;
+            let (_rx, (cr_tx, cr_rx)) = server.accept_timeout(Duration::from_secs(30))?;
+            let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
+            let ic_peer = placed.spawn("ipc-echo-ipc-channel", &[name], &[])?;
+            let (_rx, (ic_tx, ic_rx)) = server.accept()?;
             // The socket floor is one packet each way; larger payloads have none.
-            if size <= MAX_FLOOR_RTT {
-                ctx.status(format!("{} · floor", case.name()));
-                let each = floor::socket_rtt(placement, size, warmup, n)?;
-                ctx.record_latencies(&case, "floor", "rtt", &each);
+            let floor = match size <= MAX_FLOOR_RTT {
+                true => Some(floor::socket_echo(&placed, size)?),
+                false => None,
+            };
+
+            let mut subjects: Vec<(&str, Box<dyn FnMut() -> Result<()>>)> = vec![
+                (
+                    "courier",
+                    Box::new(|| {
+                        cr_tx.send(&data)?;
+                        black_box(cr_rx.recv()?);
+                        Ok(())
+                    }),
+                ),
+                (
+                    "ipc-channel",
+                    Box::new(|| {
+                        ic_tx.send(&data)?;
+                        black_box(ic_rx.recv()?);
+                        Ok(())
+                    }),
+                ),
+            ];
+            if let Some((socket, _)) = &floor {
+                let mut round_trip = floor::socket_round_trip(socket, size);
+                subjects.push(("floor", Box::new(move || Ok(round_trip()?))));
+            }
+            let (names, mut ops): (Vec<_>, Vec<_>) = subjects.into_iter().unzip();
+            let each = time_each_interleaved(warmup, n, RTT_ROUNDS, &mut ops)?;
+            drop(ops);
+            for (subject, each) in names.into_iter().zip(&each) {
+                ctx.record_latencies(&case, subject, "rtt", each);
+            }
+
+            drop((cr_tx, cr_rx, ic_tx, ic_rx));
+            courier_peer.wait()?;
+            ic_peer.wait()?;
+            if let Some((socket, peer)) = floor {
+                drop(socket); // EOF: the child exits
+                peer.wait()?;
             }
         }
     }
     ctx.note(format!(
-        "rtt: {all} round trips per case (1 MiB: a tenth, 8 MiB: a fortieth), each timed alone; the child echoes on a second bytes channel; \
-         floor = the same over a bare SOCK_SEQPACKET socketpair; split = one CPU each (a cross-CPU wake-up per hop)"
+        "rtt: {all} round trips per case (1 MiB: a tenth, 8 MiB: a fortieth), each timed alone, the subjects taking turns in {RTT_ROUNDS} rounds; \
+         the child echoes on a second bytes channel; floor = the same over a bare SOCK_SEQPACKET socketpair; \
+         split = one CPU each (a cross-CPU wake-up per hop)"
     ));
     Ok(())
 }
