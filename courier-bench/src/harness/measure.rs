@@ -282,6 +282,9 @@ pub fn time_each<E>(
     })
 }
 
+/// One operation of a subject of [`time_each_interleaved`].
+pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
+
 /// [`time_each`] for several subjects that take turns: after each one's
 /// warm-up, `rounds` rounds in which every subject times `n / rounds` of its
 /// operations (see [`Sampler::interleave`] for why).
@@ -289,7 +292,7 @@ pub fn time_each_interleaved<E>(
     warmup: usize,
     n: usize,
     rounds: usize,
-    subjects: &mut [Box<dyn FnMut() -> Result<(), E> + '_>],
+    subjects: &mut [Op<'_, E>],
 ) -> Result<Vec<Each>, E> {
     let rounds = rounds.clamp(1, n.max(1));
     let per_round = n / rounds;

@@ -42,7 +42,7 @@ use ipc_channel::ipc as ic;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::child::{self, Placement};
-use crate::harness::measure::{time_each_interleaved, Ops, Sampler};
+use crate::harness::measure::{time_each_interleaved, Op, Ops, Sampler};
 use crate::harness::{Case, Ctx, Error, Result};
 
 use super::floor;
@@ -280,7 +280,7 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
                 false => None,
             };
 
-            let mut subjects: Vec<(&str, Box<dyn FnMut() -> Result<()>>)> = vec![
+            let mut subjects: Vec<(&str, Op<'_, Error>)> = vec![
                 (
                     "courier",
                     Box::new(|| {
