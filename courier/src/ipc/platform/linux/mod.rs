@@ -366,15 +366,17 @@ impl OsSender {
         carrier: Option<BorrowedFd<'_>>,
         tag: u64,
     ) -> Result<(), Errno> {
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(channels.len() + 1);
-        fds.extend_from_slice(channels);
-        fds.extend(carrier);
-        let packet = FdPacket {
-            count: fds.len(),
-            tag,
+        // On the stack: `send` checked `channels.len() < MAX_FDS`. The rest
+        // of the array holds our own socket as a filler and is never sent.
+        let mut fds = [self.fd(); MAX_FDS];
+        fds[..channels.len()].copy_from_slice(channels);
+        let mut count = channels.len();
+        if let Some(carrier) = carrier {
+            fds[count] = carrier;
+            count += 1;
         }
-        .encode();
-        socket::send(self.fd(), &[IoSlice::new(&packet)], &fds).map(drop)
+        let packet = FdPacket { count, tag }.encode();
+        socket::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
     }
 
     fn send_shm(
