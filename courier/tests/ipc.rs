@@ -884,21 +884,25 @@ fn a_refused_fragmented_message_fails_its_send_not_the_channel() {
             rx.set_max_message_size(1000);
             // Larger than the socket buffer: the sender blocks on the
             // carrier until the receiver refuses the message and closes it.
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
             let sender = std::thread::spawn(move || {
                 let refused = tx.send(&pattern(8 << 20, 4));
+                done_tx.send(()).unwrap();
                 (refused, tx)
             });
+            // Let the sender queue the message's descriptor packet (it
+            // follows the first packet at once).
+            std::thread::sleep(Duration::from_millis(50));
             assert!(matches!(
                 expect_wire_error(rx.recv(), "refused"),
                 Some(WireError::TooLarge { .. })
             ));
-            // The next receive drops the refused message's descriptor packet
-            // (it may still be on its way), closing the receiver's copy of
-            // the carrier.
-            assert!(matches!(
-                rx.try_recv_timeout(Duration::from_millis(100)),
-                Err(TryRecvError::Empty)
-            ));
+            // The refusing receive dropped the descriptor packet, closing
+            // the receiver's copy of the carrier: the sender is released
+            // without another receive.
+            done_rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the refused sender was not released");
             let (refused, tx) = sender.join().unwrap();
             assert_eq!(
                 refused.unwrap_err().kind(),

@@ -590,6 +590,9 @@ const MAX_WAITING: usize = 64;
 const DESCRIPTOR_WAIT: Duration = Duration::from_secs(10);
 /// Tags of refused messages remembered.
 const MAX_REFUSED: usize = 16;
+/// How long a receive that refused a message with descriptors waits for its
+/// descriptor packet (normally sent right after the message).
+const REFUSED_WAIT: Duration = Duration::from_millis(5);
 /// Messages expected to be at most this large are read with plain `recv(2)`
 /// into the thread's scratch area and copied out (cheaper than the
 /// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
@@ -765,6 +768,9 @@ impl OsReceiver {
                 }
                 Err(RecvError::Wire(WireError::TooLarge { claimed, limit }, Some(header))) => {
                     state.refuse(header);
+                    if header.body != Body::Inline {
+                        self.drop_refused(&mut state, header.tag, limit);
+                    }
                     return Err(WireError::TooLarge { claimed, limit }.into());
                 }
                 other => other?,
@@ -790,6 +796,43 @@ impl OsReceiver {
                 }
                 Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
                 Read::Skip => {}
+            }
+        }
+    }
+
+    /// Waits briefly for the descriptor packet of the refused message `tag`
+    /// and, if it is the next packet, reads and drops it: that closes our
+    /// copy of the message's carrier, so a sender blocked on the rest of a
+    /// fragmented message learns at once that it was refused
+    /// (`ConnectionAborted`) instead of at this receiver's next read. Any
+    /// other next packet is left for the next receive (the refused packet is
+    /// then dropped when it comes, as before). A sender that never sends the
+    /// packet costs this receive at most [`REFUSED_WAIT`].
+    #[cold]
+    fn drop_refused(&self, state: &mut RecvState, tag: u64, limit: u64) {
+        let deadline = Instant::now() + REFUSED_WAIT;
+        let mut next = [MaybeUninit::<u8>::uninit(); FD_PACKET_LEN];
+        loop {
+            match socket::peek(self.fd(), &mut next) {
+                Ok(len) => {
+                    // SAFETY: `recv` initialised the first `len` bytes.
+                    let next = unsafe { socket::assume_init(&next[..len]) };
+                    let ours = PacketKind::of(next) == Ok(PacketKind::Fds)
+                        && FdPacket::decode(next).is_ok_and(|p| p.tag == tag);
+                    if ours {
+                        // Read without a control buffer, the descriptors are
+                        // closed by the kernel (`Skip`); with one, by `attach`.
+                        let mut none = Vec::new();
+                        if let Ok(Read::Fds(packet, fds, truncated)) =
+                            self.read(state, &mut none, None, limit, true)
+                        {
+                            let _ = state.attach(packet, fds, truncated);
+                        }
+                    }
+                    return;
+                }
+                Err(Errno::AGAIN) if wait_readable(self.fd(), deadline).is_ok() => {}
+                Err(_) => return,
             }
         }
     }

@@ -166,6 +166,25 @@ pub(crate) fn recv_whole(
     }
 }
 
+/// `recv(fd, buf, MSG_PEEK | MSG_DONTWAIT)`, retried on `EINTR`: copies the
+/// start of the next packet into `buf` and leaves the packet queued. Returns
+/// how many bytes were copied.
+pub(crate) fn peek(fd: BorrowedFd<'_>, buf: &mut [MaybeUninit<u8>]) -> Result<usize, Errno> {
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+    loop {
+        // SAFETY: `buf` is memory we lend the kernel exclusively for the
+        // call, `buf.len()` bytes long; it only ever writes into it.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n >= 0 {
+            return Ok((n as usize).min(buf.len()));
+        }
+        match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
+            Errno::INTR => continue,
+            e => return Err(e),
+        }
+    }
+}
+
 /// The bytes of `buf`, which the caller knows to be initialised.
 ///
 /// # Safety
