@@ -1,5 +1,8 @@
 //! Stress: many threads on every flavor, checking totals. Each test runs under a watchdog so a
 //! lost wake-up fails the test (with a message) instead of hanging CI.
+//!
+//! Real threads and real time: not built under `--cfg loom` (the models are in `chan_loom.rs`).
+#![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
