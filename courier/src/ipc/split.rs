@@ -5,7 +5,7 @@
 //! hands it an owned `Vec` (`visit_byte_buf`), which postcard never does. So
 //! the receiver scatters the string straight into a `Vec` of its own (the
 //! kernel's copy, or the copy out of a shared-memory region, is the only
-//! one), and deserializes through [`Strings`], an adapter over postcard's
+//! one), and deserializes through [`Wrap`], an adapter over postcard's
 //! deserializer that gives that `Vec` away when the field asks for it.
 //!
 //! Where the string sits is predicted from the previous message (a stream of
