@@ -597,6 +597,64 @@ mod tests {
         frame().0
     }
 
+    /// Splits `bytes` at `at` for `len` bytes (clamped to the input).
+    fn parts_at(bytes: &[u8], at: usize, len: usize) -> Parts<'_> {
+        let at = at.min(bytes.len());
+        let end = (at + len).min(bytes.len());
+        Parts {
+            head: &bytes[..at],
+            string: Some(bytes[at..end].to_vec()),
+            tail: &bytes[end..],
+        }
+    }
+
+    fn whole(bytes: &[u8]) -> Parts<'_> {
+        Parts {
+            head: bytes,
+            string: None,
+            tail: &[],
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the prediction, a message deserializes split exactly as
+        /// it does whole: the same value, or an error both ways.
+        #[test]
+        fn any_split_of_a_message_reads_as_the_whole(
+            id in proptest::prelude::any::<u32>(),
+            pixels in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6000),
+            note in proptest::option::of("[a-z]{0,40}"),
+            at in 0usize..6100,
+            len in 0usize..6100,
+            exact in proptest::prelude::any::<bool>(),
+        ) {
+            let frame = Frame { id, pixels, note };
+            let bytes = postcard::to_allocvec(&frame).unwrap();
+            let (at, len) = match exact {
+                // The true layout, when the string is long enough to be seen.
+                true => deserialize::<Frame>(whole(&bytes))
+                    .unwrap()
+                    .1
+                    .map_or((at, len), |l| (l.at, l.len)),
+                false => (at, len),
+            };
+            let (got, _) = deserialize::<Frame>(parts_at(&bytes, at, len)).unwrap();
+            proptest::prop_assert_eq!(got, frame);
+        }
+
+        /// Garbage: never a panic, and split or whole agree.
+        #[test]
+        fn garbage_reads_alike_split_or_whole(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..5000),
+            at in 0usize..5100,
+            len in 0usize..5100,
+        ) {
+            let whole = deserialize::<Frame>(whole(&bytes)).map(|(v, _)| v).ok();
+            let split = deserialize::<Frame>(parts_at(&bytes, at, len)).map(|(v, _)| v).ok();
+            proptest::prop_assert_eq!(split, whole);
+        }
+    }
+
     #[test]
     fn malformed_input_is_an_error_split_or_not() {
         let (_, bytes, layout) = frame();
