@@ -26,10 +26,14 @@
 //! first walk's bytes around it: the payload is copied once, by the kernel
 //! (or once into a shared-memory region), as on a bytes channel. Two walks
 //! over one value are serde practice (bincode 1 sized every message that
-//! way); a `Serialize` impl whose second walk differs from its first up to
-//! that slice is caught there and the message is serialized a third time, as
-//! a whole. Channel ends and backlogs are taken on the first walk only and
-//! written again, by index, on the later ones.
+//! way). A `Serialize` impl whose second walk meets the slice at another
+//! place or with another length is caught there, and the message is
+//! serialized a third time, as a whole; one whose walks differ only in the
+//! bytes (a value changing while it is serialized, through interior
+//! mutability) sends the first walk's bytes around the second walk's slice,
+//! a snapshot no less consistent than one walk over a changing value gives.
+//! Channel ends and backlogs are taken on the first walk only and written
+//! again, by index, on the later ones.
 
 use std::cell::RefCell;
 use std::io::IoSlice;
