@@ -890,8 +890,11 @@ impl OsReceiver {
             }
             if !control && self.guess.get() <= SCATTER_MIN {
                 self.read_small(state, scratch.spare_capacity_mut(), dst, limit, dontwait)
-            } else if let Some(split) = split.filter(|s| !control && s.layout.at <= MAX_SPLIT_HEAD)
-            {
+            } else if let Some(split) = split.filter(|s| {
+                // A string that cannot fit one packet comes by region or
+                // fragments (split there, if at all): allocate nothing for it.
+                !control && s.layout.at <= MAX_SPLIT_HEAD && s.layout.at + s.layout.len <= room
+            }) {
                 self.read_split(scratch.spare_capacity_mut(), dst, split, limit, dontwait)
             } else {
                 self.read_scatter(
