@@ -961,28 +961,7 @@ impl OsReceiver {
         let mut head = UbufMut::new(&mut header);
         let mut tail = UbufMut::new(overflow);
         let packet = fill_spare(dst, |room| {
-            let mut iov = [RawIoVec::EMPTY; 3];
-            let mut n = head.io_vecs(&mut iov);
-            n += room.io_vecs(&mut iov[n..]);
-            n += tail.io_vecs(&mut iov[n..]);
-            let packet = socket::recv(self.fd(), &mut iov[..n], control, dontwait)?;
-            // Where the kernel put the packet: header, room, tail, in order.
-            let mut left = packet
-                .len
-                .min(head.remaining() + room.remaining() + tail.remaining());
-            let in_head = left.min(head.remaining());
-            left -= in_head;
-            let in_room = left.min(room.remaining());
-            let in_tail = left - in_room;
-            // SAFETY: `recvmsg` wrote `packet.len` bytes into the iovec
-            // entries in order, so the first `in_head`, `in_room` and
-            // `in_tail` bytes of the three destinations are initialised.
-            unsafe {
-                head.advance(in_head);
-                room.advance(in_room);
-                tail.advance(in_tail);
-            }
-            Ok::<_, Errno>(packet)
+            self.recv_scattered((&mut head, room, &mut tail), control, dontwait)
         })?;
         if packet.len == 0 && !packet.truncated {
             return Err(self.empty_packet());
@@ -1035,29 +1014,8 @@ impl OsReceiver {
         let mut front = UbufMut::new(front);
         let mut middle = UbufMut::new(&mut string.spare_capacity_mut()[..len]);
         let mut back = UbufMut::new(back);
-        let packet = {
-            let mut iov = [RawIoVec::EMPTY; 3];
-            let mut n = front.io_vecs(&mut iov);
-            n += middle.io_vecs(&mut iov[n..]);
-            n += back.io_vecs(&mut iov[n..]);
-            socket::recv(self.fd(), &mut iov[..n], false, dontwait)?
-        };
-        // Where the kernel put the packet: front, middle, back, in order.
-        let mut left = packet
-            .len
-            .min(front.remaining() + middle.remaining() + back.remaining());
-        let in_front = left.min(front.remaining());
-        left -= in_front;
-        let in_middle = left.min(middle.remaining());
-        let in_back = left - in_middle;
-        // SAFETY: `recvmsg` wrote `packet.len` bytes into the iovec entries
-        // in order, so the first `in_front`, `in_middle` and `in_back` bytes
-        // of the three destinations are initialised.
-        unsafe {
-            front.advance(in_front);
-            middle.advance(in_middle);
-            back.advance(in_back);
-        }
+        let packet = self.recv_scattered((&mut front, &mut middle, &mut back), false, dontwait)?;
+        let in_middle = middle.filled();
         // SAFETY: `middle` (no longer used) covered the first `len` bytes of `string`'s spare
         // capacity, and its first `in_middle <= len` bytes were written.
         unsafe { string.set_len(in_middle) };
@@ -1084,6 +1042,36 @@ impl OsReceiver {
         }
         dst.extend_from_slice(back.filled_bytes());
         Ok(Read::Data(header, split_off))
+    }
+
+    /// One `recvmsg` scattering the packet over `parts`, in order; each part
+    /// records what the kernel wrote into it.
+    fn recv_scattered(
+        &self,
+        (a, b, c): (&mut UbufMut<'_>, &mut UbufMut<'_>, &mut UbufMut<'_>),
+        control: bool,
+        dontwait: bool,
+    ) -> Result<socket::Packet, Errno> {
+        let packet = {
+            let mut iov = [RawIoVec::EMPTY; 3];
+            let mut n = a.io_vecs(&mut iov);
+            n += b.io_vecs(&mut iov[n..]);
+            n += c.io_vecs(&mut iov[n..]);
+            socket::recv(self.fd(), &mut iov[..n], control, dontwait)?
+        };
+        let mut left = packet.len;
+        let mut advance = |part: &mut UbufMut<'_>| {
+            let here = left.min(part.remaining());
+            // SAFETY: `recvmsg` wrote `packet.len` bytes into the iovec
+            // entries in order (one per part with room left), so the next
+            // `here` bytes of this part, up to its room, are initialised.
+            unsafe { part.advance(here) };
+            left -= here;
+        };
+        advance(a);
+        advance(b);
+        advance(c);
+        Ok(packet)
     }
 
     /// A read of zero bytes: the end of the stream if the peer is gone, else
