@@ -218,6 +218,56 @@ fn byte_strings_received_apart_survive_every_change_of_layout() {
     }
 }
 
+/// A `Serialize` impl that itself sends a message with a channel inside,
+/// while the message it belongs to carries channels and a large byte string
+/// (so it is walked twice): each message gets exactly its own channels.
+#[test]
+fn a_send_from_inside_a_serialize_impl_keeps_the_tables_apart() {
+    struct Announcing {
+        side: IpcSender<(u32, IpcSender<u32>)>,
+        calls: std::cell::Cell<u32>,
+    }
+    impl Serialize for Announcing {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let walk = self.calls.get() + 1;
+            self.calls.set(walk);
+            let (tx, rx) = ipc::channel::<u32>().unwrap();
+            self.side.send((walk, tx)).unwrap();
+            // The nested send's channel must not leak into this message.
+            drop(rx);
+            (walk, serde_bytes::Bytes::new(&[5; 4096])).serialize(serializer)
+        }
+    }
+    let _check = fd_check();
+    let (side_tx, side_rx) = ipc::channel::<(u32, IpcSender<u32>)>().unwrap();
+    let (tx, rx) =
+        ipc::channel::<(IpcSender<u8>, (u32, serde_bytes::ByteBuf), IpcSender<u8>)>().unwrap();
+    let (a_tx, a_rx) = ipc::channel::<u8>().unwrap();
+    let (b_tx, b_rx) = ipc::channel::<u8>().unwrap();
+    let announcing = Announcing {
+        side: side_tx,
+        calls: Default::default(),
+    };
+    let typed = IpcSender::<(IpcSender<u8>, &Announcing, IpcSender<u8>)>::from(
+        tx.as_fd().try_clone_to_owned().unwrap(),
+    );
+    typed.send((a_tx, &announcing, b_tx)).unwrap();
+    let (a, (walk, bytes), b) = rx.recv().unwrap();
+    // Sent from inside the second walk, around the first walk's bytes.
+    assert_eq!(walk, 1);
+    assert_eq!(announcing.calls.get(), 2);
+    assert_eq!(bytes.into_vec(), vec![5; 4096]);
+    a.send(1).unwrap();
+    b.send(2).unwrap();
+    assert_eq!((a_rx.recv().unwrap(), b_rx.recv().unwrap()), (1, 2));
+    // One nested message per walk, each with its own working channel.
+    for expected in 1..=2 {
+        let (walk, reply) = side_rx.recv().unwrap();
+        assert_eq!(walk, expected);
+        assert!(reply.send(0).is_err(), "its receiver was dropped");
+    }
+}
+
 /// Serializes differently on every walk: a counter, and that many bytes
 /// more of the counter's value.
 struct Shifty(std::cell::Cell<u8>);

@@ -35,7 +35,7 @@
 //! Channel ends and backlogs are taken on the first walk only and written
 //! again, by index, on the later ones.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -119,6 +119,15 @@ fn walk<T: Serialize + ?Sized, R>(
     };
     let skipped;
     (*buf, skipped) = postcard::serialize_with_flavor(value, measure)?;
+    let Some(skip) = skipped else {
+        // The common case, one walk: send with the table's descriptors.
+        return Ok(OUTGOING.with(|o| {
+            let table = o.borrow();
+            let owned = table.as_ref().map_or(&[][..], |t| &t.fds[..]);
+            let fds: Vec<BorrowedFd<'_>> = owned.iter().map(AsFd::as_fd).collect();
+            send(&[IoSlice::new(buf)], &fds)
+        }));
+    };
     let fds = OUTGOING.with(|o| {
         let mut o = o.borrow_mut();
         let table = o.as_mut().expect("serialize_message set the table");
@@ -130,9 +139,6 @@ fn walk<T: Serialize + ?Sized, R>(
         std::mem::take(&mut table.fds)
     });
     let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|fd| fd.as_fd()).collect();
-    let Some(skip) = skipped else {
-        return Ok(send(&[IoSlice::new(buf)], &fds));
-    };
     let mut replay = Replay {
         small: buf,
         skip,
@@ -281,12 +287,13 @@ impl Flavor for Whole<'_> {
 }
 
 /// Deserializes a `T` from `parts` while the descriptors `fds` are available
-/// to the channel ends inside it; closes the ones nobody took. Also returns
-/// where the message's first large byte string sat (see [`split`]).
+/// to the channel ends inside it; closes the ones nobody took. Sets `seen`
+/// to where the message's first large byte string sat (see [`split`]).
 pub(crate) fn deserialize_message<T: DeserializeOwned>(
     parts: Parts<'_>,
     fds: Vec<OwnedFd>,
-) -> Result<(T, Option<Layout>), SerDeError> {
+    seen: &Cell<Option<Layout>>,
+) -> Result<T, SerDeError> {
     // `split` may deserialize twice, which must not run into taken channel
     // ends: a message that carries channels never arrives split.
     debug_assert!(parts.string.is_none() || fds.is_empty());
@@ -300,10 +307,11 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
         // Too short to hold a byte string worth splitting off: no adapter.
         Parts {
             head, string: None, ..
-        } if head.len() < split::SPLIT_MIN => postcard::from_bytes(head)
-            .map(|value| (value, None))
-            .map_err(SerDeError::from),
-        parts => split::deserialize(parts),
+        } if head.len() < split::SPLIT_MIN => {
+            seen.set(None);
+            postcard::from_bytes(head).map_err(SerDeError::from)
+        }
+        parts => split::deserialize(parts, seen),
     };
     let unclaimed = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), outer));
     drop(unclaimed); // closes every descriptor no channel end claimed

@@ -306,9 +306,7 @@ where
                 tail: &[],
             },
         };
-        let (value, seen) = handles::deserialize_message(parts, fds).map_err(IpcError::from)?;
-        self.layout.set(seen);
-        Ok(value)
+        Ok(handles::deserialize_message(parts, fds, &self.layout).map_err(IpcError::from)?)
     }
 }
 
@@ -457,7 +455,7 @@ impl IpcMessage {
             string: None,
             tail: &[],
         };
-        handles::deserialize_message(parts, self.channels).map(|(value, _)| value)
+        handles::deserialize_message(parts, self.channels, &Cell::new(None))
     }
 }
 

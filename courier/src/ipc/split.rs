@@ -47,11 +47,12 @@ pub(crate) struct Parts<'a> {
 }
 
 /// Deserializes a `T` from `parts`, handing the detached string to the field
-/// that asks for it. Returns the value and the layout of the first large byte
-/// string met, to predict the next message's.
+/// that asks for it. Sets `seen` to the layout of the first large byte string
+/// met, to predict the next message's.
 pub(crate) fn deserialize<T: DeserializeOwned>(
     parts: Parts<'_>,
-) -> Result<(T, Option<Layout>), SerDeError> {
+    seen: &Cell<Option<Layout>>,
+) -> Result<T, SerDeError> {
     let Parts { head, string, tail } = parts;
     let state = State {
         head,
@@ -80,7 +81,10 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
         })
     };
     match (result, state.string.take()) {
-        (Ok(value), _) => Ok((value, state.seen.get())),
+        (Ok(value), _) => {
+            seen.set(state.seen.get());
+            Ok(value)
+        }
         // The string was split off and no field took it: the prediction was
         // wrong (or the message is malformed, which the next pass reports).
         // Put the string back where it was and start over.
@@ -89,11 +93,14 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
             whole.extend_from_slice(head);
             whole.extend_from_slice(&string);
             whole.extend_from_slice(tail);
-            deserialize(Parts {
-                head: &whole,
-                string: None,
-                tail: &[],
-            })
+            deserialize(
+                Parts {
+                    head: &whole,
+                    string: None,
+                    tail: &[],
+                },
+                seen,
+            )
         }
         (Err(e), None) => Err(e.into()),
     }
@@ -464,6 +471,12 @@ mod tests {
 
     use super::*;
 
+    /// [`deserialize`], returning the layout it saw.
+    fn de<T: DeserializeOwned>(parts: Parts<'_>) -> Result<(T, Option<Layout>), SerDeError> {
+        let seen = Cell::new(None);
+        deserialize(parts, &seen).map(|value| (value, seen.get()))
+    }
+
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Frame {
         id: u32,
@@ -501,7 +514,7 @@ mod tests {
             string: None,
             tail: &[],
         };
-        let (got, seen) = deserialize::<Frame>(parts).unwrap();
+        let (got, seen) = de::<Frame>(parts).unwrap();
         assert_eq!(got, frame);
         assert_eq!(seen, Some(layout));
     }
@@ -516,7 +529,7 @@ mod tests {
             string: Some(string),
             tail,
         };
-        let (got, seen) = deserialize::<Frame>(parts).unwrap();
+        let (got, seen) = de::<Frame>(parts).unwrap();
         assert_eq!(got, frame);
         assert_eq!(got.pixels.as_ptr(), buffer);
         assert_eq!(seen, Some(layout));
@@ -532,7 +545,7 @@ mod tests {
                 string: Some(string),
                 tail,
             };
-            let (got, seen) = deserialize::<Frame>(parts).unwrap();
+            let (got, seen) = de::<Frame>(parts).unwrap();
             assert_eq!(got, frame, "split at {at}+{len}");
             assert_eq!(seen, Some(layout));
         }
@@ -549,7 +562,7 @@ mod tests {
         let (frame, ..) = frame();
         let msg = Msg::Frames(vec![None, Some(frame)]);
         let bytes = postcard::to_allocvec(&msg).unwrap();
-        let (got, seen) = deserialize::<Msg>(Parts {
+        let (got, seen) = de::<Msg>(Parts {
             head: &bytes,
             string: None,
             tail: &[],
@@ -559,7 +572,7 @@ mod tests {
         let seen = seen.expect("the frame's pixels");
         let (head, string, tail) = split(&bytes, seen.at, seen.len);
         let buffer = string.as_ptr();
-        let (got, _) = deserialize::<Msg>(Parts {
+        let (got, _) = de::<Msg>(Parts {
             head,
             string: Some(string),
             tail,
@@ -572,7 +585,7 @@ mod tests {
         assert_eq!(got, msg);
         let pair = postcard::to_allocvec(&Msg::Pair(7, frame_only())).unwrap();
         assert_eq!(
-            deserialize::<Msg>(Parts {
+            de::<Msg>(Parts {
                 head: &pair,
                 string: None,
                 tail: &[]
@@ -582,7 +595,7 @@ mod tests {
             Msg::Pair(7, frame_only())
         );
         assert_eq!(
-            deserialize::<Msg>(Parts {
+            de::<Msg>(Parts {
                 head: &[0],
                 string: None,
                 tail: &[]
@@ -632,13 +645,13 @@ mod tests {
             let bytes = postcard::to_allocvec(&frame).unwrap();
             let (at, len) = match exact {
                 // The true layout, when the string is long enough to be seen.
-                true => deserialize::<Frame>(whole(&bytes))
+                true => de::<Frame>(whole(&bytes))
                     .unwrap()
                     .1
                     .map_or((at, len), |l| (l.at, l.len)),
                 false => (at, len),
             };
-            let (got, _) = deserialize::<Frame>(parts_at(&bytes, at, len)).unwrap();
+            let (got, _) = de::<Frame>(parts_at(&bytes, at, len)).unwrap();
             proptest::prop_assert_eq!(got, frame);
         }
 
@@ -649,8 +662,8 @@ mod tests {
             at in 0usize..5100,
             len in 0usize..5100,
         ) {
-            let whole = deserialize::<Frame>(whole(&bytes)).map(|(v, _)| v).ok();
-            let split = deserialize::<Frame>(parts_at(&bytes, at, len)).map(|(v, _)| v).ok();
+            let whole = de::<Frame>(whole(&bytes)).map(|(v, _)| v).ok();
+            let split = de::<Frame>(parts_at(&bytes, at, len)).map(|(v, _)| v).ok();
             proptest::prop_assert_eq!(split, whole);
         }
     }
@@ -659,14 +672,14 @@ mod tests {
     fn malformed_input_is_an_error_split_or_not() {
         let (_, bytes, layout) = frame();
         let cut = &bytes[..bytes.len() - 3];
-        assert!(deserialize::<Frame>(Parts {
+        assert!(de::<Frame>(Parts {
             head: cut,
             string: None,
             tail: &[]
         })
         .is_err());
         let (head, string, _) = split(&bytes, layout.at, layout.len);
-        assert!(deserialize::<Frame>(Parts {
+        assert!(de::<Frame>(Parts {
             head,
             string: Some(string),
             tail: &[0xff],
