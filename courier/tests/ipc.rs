@@ -268,6 +268,33 @@ fn a_send_from_inside_a_serialize_impl_keeps_the_tables_apart() {
     }
 }
 
+/// A `Serialize` impl that panics after a channel end was written: the
+/// duplicate descriptor is closed and the thread's table is clean again.
+#[test]
+fn a_panicking_serialize_impl_leaves_no_descriptor_behind() {
+    struct Boom(IpcSender<u8>);
+    impl Serialize for Boom {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let _ = self.0.serialize(serializer);
+            panic!("boom");
+        }
+    }
+    let _check = fd_check();
+    let (tx, _rx) = ipc::channel::<u8>().unwrap();
+    let (inner, _inner_rx) = ipc::channel::<u8>().unwrap();
+    let boom = IpcSender::<Boom>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| boom.send(Boom(inner))));
+    assert!(sent.is_err());
+    // Outside a send, a channel end cannot be serialized: the table is idle.
+    let (outside, outside_rx) = ipc::channel::<u8>().unwrap();
+    assert!(postcard::to_allocvec(&outside).is_err());
+    // And the next send works, with its own channels only.
+    let (carrier_tx, carrier_rx) = ipc::channel::<IpcSender<u8>>().unwrap();
+    carrier_tx.send(outside).unwrap();
+    carrier_rx.recv().unwrap().send(9).unwrap();
+    assert_eq!(outside_rx.recv().unwrap(), 9);
+}
+
 /// Serializes differently on every walk: a counter, and that many bytes
 /// more of the counter's value.
 struct Shifty(std::cell::Cell<u8>);

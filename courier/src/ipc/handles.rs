@@ -51,14 +51,17 @@ use super::split::{self, Layout, Parts};
 
 thread_local! {
     /// What the channel ends in the message being serialized hand over.
-    static OUTGOING: RefCell<Option<Outgoing>> = const { RefCell::new(None) };
+    static OUTGOING: RefCell<Outgoing> = const { RefCell::new(Outgoing::IDLE) };
     /// Descriptors that arrived with the message being deserialized.
     static INCOMING: RefCell<Option<Vec<Option<OwnedFd>>>> = const { RefCell::new(None) };
 }
 
-/// The outgoing side of one message being serialized.
-#[derive(Default)]
+/// The outgoing side of the message being serialized. One per thread, kept
+/// between messages (cleared, not rebuilt); a send nested in a `Serialize`
+/// impl sets the outer message's aside while it runs.
 struct Outgoing {
+    /// A message is being serialized for an IPC send.
+    active: bool,
     /// Duplicates of the channel ends' descriptors, in order.
     fds: Vec<OwnedFd>,
     /// Each serialized receiver's backlog (see `serialize_receiver`), in order.
@@ -66,6 +69,15 @@ struct Outgoing {
     /// On a later walk: how many descriptors the first one found, and how
     /// many descriptors and receivers this walk has written so far.
     again: Option<Again>,
+}
+
+impl Outgoing {
+    const IDLE: Outgoing = Outgoing {
+        active: false,
+        fds: Vec::new(),
+        backlogs: Vec::new(),
+        again: None,
+    };
 }
 
 #[derive(Clone, Copy)]
@@ -98,12 +110,44 @@ pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
     send: impl FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
 ) -> Result<R, SerDeError> {
     buf.clear();
-    let outer = OUTGOING.with(|o| o.borrow_mut().replace(Outgoing::default()));
-    let sent = walk(value, buf, send);
-    // Dropping the table closes the duplicates, sent or not.
-    let table = OUTGOING.with(|o| std::mem::replace(&mut *o.borrow_mut(), outer));
-    drop(table);
-    sent
+    let _active = Active::enter();
+    walk(value, buf, send)
+}
+
+/// The thread's outgoing table in use by one send, until dropped (also if a
+/// `Serialize` impl panics): then the table is cleared, which closes the
+/// duplicated descriptors, sent or not, and an outer send's table is back.
+struct Active {
+    outer: Option<Outgoing>,
+}
+
+impl Active {
+    fn enter() -> Active {
+        OUTGOING.with(|o| {
+            let mut table = o.borrow_mut();
+            let outer = table
+                .active
+                .then(|| std::mem::replace(&mut *table, Outgoing::IDLE));
+            table.active = true;
+            Active { outer }
+        })
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let nested = OUTGOING.with(|o| {
+            let mut table = o.borrow_mut();
+            table.fds.clear();
+            table.backlogs.clear();
+            table.again = None;
+            table.active = false;
+            self.outer
+                .take()
+                .map(|outer| std::mem::replace(&mut *table, outer))
+        });
+        drop(nested);
+    }
 }
 
 fn walk<T: Serialize + ?Sized, R>(
@@ -123,14 +167,12 @@ fn walk<T: Serialize + ?Sized, R>(
         // The common case, one walk: send with the table's descriptors.
         return Ok(OUTGOING.with(|o| {
             let table = o.borrow();
-            let owned = table.as_ref().map_or(&[][..], |t| &t.fds[..]);
-            let fds: Vec<BorrowedFd<'_>> = owned.iter().map(AsFd::as_fd).collect();
+            let fds: Vec<BorrowedFd<'_>> = table.fds.iter().map(AsFd::as_fd).collect();
             send(&[IoSlice::new(buf)], &fds)
         }));
     };
     let fds = OUTGOING.with(|o| {
-        let mut o = o.borrow_mut();
-        let table = o.as_mut().expect("serialize_message set the table");
+        let mut table = o.borrow_mut();
         table.again = Some(Again {
             fds: table.fds.len(),
             next_fd: 0,
@@ -155,10 +197,7 @@ fn walk<T: Serialize + ?Sized, R>(
     let send = replay.send.take().expect("not sent, so not taken");
     // The second walk differed from the first: a third one writes it all.
     OUTGOING.with(|o| {
-        if let Some(Outgoing {
-            again: Some(again), ..
-        }) = &mut *o.borrow_mut()
-        {
+        if let Some(again) = &mut o.borrow_mut().again {
             again.next_fd = 0;
             again.next_receiver = 0;
         }
@@ -324,10 +363,11 @@ pub(crate) fn serialize_fd<S: Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     let index = OUTGOING.with(|o| {
-        let mut o = o.borrow_mut();
-        let Some(table) = o.as_mut() else {
+        let mut table = o.borrow_mut();
+        let table = &mut *table;
+        if !table.active {
             return Err("a courier channel can only be serialized by an IPC send".to_owned());
-        };
+        }
         match &mut table.again {
             None => {
                 // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
@@ -363,8 +403,11 @@ pub(crate) fn serialize_receiver<S: Serializer>(
     // The backlog is taken out of its slot while it is written (writing it
     // reaches the table again, for its descriptors), then put back.
     let slot = OUTGOING.with(|o| {
-        let mut o = o.borrow_mut();
-        let table = o.as_mut()?;
+        let mut table = o.borrow_mut();
+        let table = &mut *table;
+        if !table.active {
+            return None;
+        }
         Some(match &mut table.again {
             None => {
                 table.backlogs.push(os.take_backlog());
@@ -380,18 +423,14 @@ pub(crate) fn serialize_receiver<S: Serializer>(
         // Not inside a send: fails at the descriptor, and takes nothing.
         return (FdIndex(os.fd()), None::<Backlog>).serialize(serializer);
     };
-    let take = |o: &RefCell<Option<Outgoing>>| {
-        let mut o = o.borrow_mut();
-        let table = o.as_mut()?;
-        table.backlogs.get_mut(slot).map(Option::take)
-    };
+    let take = |o: &RefCell<Outgoing>| o.borrow_mut().backlogs.get_mut(slot).map(Option::take);
     let Some(backlog) = OUTGOING.with(take) else {
         return Err(S::Error::custom(CHANGED));
     };
     let written = (FdIndex(os.fd()), &backlog).serialize(serializer);
     OUTGOING.with(|o| {
-        if let Some(table) = o.borrow_mut().as_mut() {
-            table.backlogs[slot] = backlog;
+        if let Some(kept) = o.borrow_mut().backlogs.get_mut(slot) {
+            *kept = backlog;
         }
     });
     written
