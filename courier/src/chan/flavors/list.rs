@@ -182,6 +182,14 @@ pub(crate) struct Channel<T> {
     receivers: SyncWaitList,
 }
 
+/// What [`Channel::next_head`] found.
+enum Next {
+    /// The index `head` moves to.
+    To(usize),
+    Empty,
+    Disconnected,
+}
+
 // ===== impl Channel: lock-free core =====
 
 impl<T> Channel<T> {
@@ -332,23 +340,15 @@ impl<T> Channel<T> {
         let block = self.head.block.load(Ordering::Acquire);
         let offset = (head >> SHIFT) % LAP;
         if offset + 1 < BLOCK_CAP && !block.is_null() {
-            let mut new_head = head + (1 << SHIFT);
-            if head & HAS_NEXT == 0 {
-                // SYNC POINT: as in `reserve_recv_loop`.
-                fence(Ordering::SeqCst);
-                let tail = self.tail.index.load(Ordering::Relaxed);
-                if head >> SHIFT == tail >> SHIFT {
-                    // Empty (a receiver polling an empty channel must not pay twice).
-                    if tail & MARK_BIT != 0 {
-                        token.block = ptr::null();
-                        return true;
-                    }
-                    return false;
+            // Empty is answered here: a receiver polling an empty channel must not pay twice.
+            let new_head = match self.next_head(head) {
+                Next::To(new_head) => new_head,
+                Next::Empty => return false,
+                Next::Disconnected => {
+                    token.block = ptr::null();
+                    return true;
                 }
-                if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
-                    new_head |= HAS_NEXT;
-                }
-            }
+            };
             // SYNC POINT: as in `reserve_recv_loop`.
             if self
                 .head
@@ -362,6 +362,31 @@ impl<T> Channel<T> {
             }
         }
         self.reserve_recv_loop(token)
+    }
+
+    /// Where `head` moves when a receiver claims its position, or why it cannot.
+    ///
+    /// HAS_NEXT set: `tail` is in a later block, so this position holds a message (or will,
+    /// once its sender writes): no need to read `tail`, the line every sender writes.
+    #[inline(always)]
+    fn next_head(&self, head: usize) -> Next {
+        let mut new_head = head + (1 << SHIFT);
+        if head & HAS_NEXT == 0 {
+            // SYNC POINT: orders our view of `head` before the `tail` load; partner: the
+            // SeqCst CAS on `tail.index` in `start_send` and the disconnect RMW.
+            fence(Ordering::SeqCst);
+            let tail = self.tail.index.load(Ordering::Relaxed);
+            if head >> SHIFT == tail >> SHIFT {
+                return match tail & MARK_BIT != 0 {
+                    true => Next::Disconnected,
+                    false => Next::Empty,
+                };
+            }
+            if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
+                new_head |= HAS_NEXT;
+            }
+        }
+        Next::To(new_head)
     }
 
     /// [`reserve_recv`](Self::reserve_recv) in every case.
@@ -379,26 +404,14 @@ impl<T> Channel<T> {
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
             }
-            let mut new_head = head + (1 << SHIFT);
-            // HAS_NEXT set: `tail` is in a later block, so this position holds a message (or
-            // will, once its sender writes): no need to read `tail`, the line every sender
-            // writes.
-            if head & HAS_NEXT == 0 {
-                // SYNC POINT: orders our view of `head` before the `tail` load; partner: the
-                // SeqCst CAS on `tail.index` in `start_send` and the disconnect RMW.
-                fence(Ordering::SeqCst);
-                let tail = self.tail.index.load(Ordering::Relaxed);
-                if head >> SHIFT == tail >> SHIFT {
-                    if tail & MARK_BIT != 0 {
-                        token.block = ptr::null();
-                        return true;
-                    }
-                    return false;
+            let new_head = match self.next_head(head) {
+                Next::To(new_head) => new_head,
+                Next::Empty => return false,
+                Next::Disconnected => {
+                    token.block = ptr::null();
+                    return true;
                 }
-                if (head >> SHIFT) / LAP != (tail >> SHIFT) / LAP {
-                    new_head |= HAS_NEXT;
-                }
-            }
+            };
             if block.is_null() {
                 // The first sender is installing the first block.
                 backoff.snooze(true);
