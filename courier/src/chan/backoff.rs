@@ -71,6 +71,8 @@ impl Backoff {
 /// Not under loom: models never poll.
 pub(crate) struct Pollers {
     count: crate::sync::atomic::AtomicUsize,
+    /// How long a polling thread spins before its first yield: see [`SpinEstimate`].
+    spin: SpinEstimate,
 }
 
 /// Counts one waiter among its side's [`Pollers`] until dropped.
@@ -80,6 +82,7 @@ impl Pollers {
     pub(crate) fn new() -> Pollers {
         Pollers {
             count: crate::sync::atomic::AtomicUsize::new(0),
+            spin: SpinEstimate::new(),
         }
     }
 
@@ -93,6 +96,12 @@ impl Pollers {
         self.count
             .fetch_add(1, crate::sync::atomic::Ordering::SeqCst);
         Some(Polling(self))
+    }
+
+    /// The side's spin estimate.
+    #[inline]
+    pub(crate) fn spin(&self) -> &SpinEstimate {
+        &self.spin
     }
 
     /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
@@ -127,14 +136,20 @@ const SPIN_ATTEMPTS: u32 = 8;
 
 /// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
-/// **A thread polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
+/// **A thread polling a channel side first spins briefly, for as long as its side's
+/// [`SpinEstimate`] says spinning has been paying** (two attempts, 3 `pause`s, when it has not;
+/// at most crossbeam's ~2 µs), then yields. Callers without an estimate (`adaptive: None`:
+/// the rendezvous hand-off and `Select`, which wait on their claim word) go straight to the
+/// yields.
+///
+/// **Then it polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
 /// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
 /// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
 /// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
 /// the peer being waited for, which is what parking achieves, minus the futex round trip.
 /// Measured with `courier-bench ring` (see BENCHMARKS.md), against a `pause` spin of 1-3 µs
 /// before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and 16
-/// threads 2-3x), and a yield phase of 5 µs lets 4- and 16-thread rendezvous rings fall back to
+/// threads 2-3x; the adaptive spin above stays at its floor there), and a yield phase of 5 µs lets 4- and 16-thread rendezvous rings fall back to
 /// parking (17 µs/message) where 50 µs keeps them at 2-5 µs.
 ///
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
@@ -144,12 +159,26 @@ const SPIN_ATTEMPTS: u32 = 8;
 pub(crate) fn spin_then_yield<R>(
     may_spin: bool,
     may_yield_thread: bool,
+    adaptive: Option<&SpinEstimate>,
     mut attempt: impl FnMut() -> Option<R>,
 ) -> Option<R> {
     if cfg!(loom) {
         return None;
     }
     if may_yield_thread {
+        if let Some(estimate) = adaptive {
+            let limit = estimate.limit();
+            for k in 1..=limit {
+                for _ in 0..1u32 << (k - 1).min(6) {
+                    sync::spin_loop();
+                }
+                if let Some(r) = attempt() {
+                    estimate.record(k);
+                    return Some(r);
+                }
+            }
+            estimate.record(0);
+        }
         let start = std::time::Instant::now();
         loop {
             sync::thread::yield_now();
@@ -172,4 +201,86 @@ pub(crate) fn spin_then_yield<R>(
         }
     }
     None
+}
+
+/// Attempts a thread spins before yielding when spinning has not been paying (3 pauses).
+const SPIN_FLOOR: u32 = 2;
+/// Most attempts a thread spins before yielding (127 pauses, ~2.2 µs: crossbeam's whole spin
+/// phase).
+const SPIN_MAX: u32 = 7;
+/// Fixed-point scale of the estimate (so that 1/8 steps move small values).
+const SCALE: u32 = 16;
+
+/// An adaptive spin limit for one channel side: the threads polling it spin before they yield
+/// for up to twice the number of attempts recent successful spins took (plus a small floor), and
+/// a spin that runs out pulls the estimate towards zero.
+///
+/// Spinning pays when the peer that will make the operation ready is running on another CPU
+/// (`mpmc_bounded1`: a sender and a receiver on two CPUs hand the one slot back and forth),
+/// and wastes the CPU when the peer must first be scheduled on this one (a ring of more
+/// threads than CPUs): the estimate finds out which, per channel, from what spinning achieved.
+/// The same idea as glibc's adaptive mutexes (`__spins`, a running average moved 1/8 of the way
+/// per acquisition) and Solaris's adaptive locks, except that here a failed spin shrinks the
+/// estimate instead of growing it.
+///
+/// Measured (session 4, BENCHMARKS.md "ring and chan"; `chan` and `ring` quick, alternating
+/// builds): `mpmc_bounded1` 1.76-1.78 -> 1.05-1.26 µs per message, `mpsc_bounded1` 1.6-2.9 ->
+/// 0.93-1.08 µs, 16-thread unbounded ring 750-790 -> 390-430 ns; the 4- and 16-thread
+/// bounded(1) rings move within their noise.
+///
+/// A heuristic only: racy read-modify-writes may lose updates, which changes nothing but timing.
+pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);
+
+impl SpinEstimate {
+    const fn new() -> SpinEstimate {
+        SpinEstimate(std::sync::atomic::AtomicU32::new(0))
+    }
+
+    /// Attempts to spin now.
+    #[inline]
+    fn limit(&self) -> u32 {
+        let s = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (2 * s / SCALE + SPIN_FLOOR).min(SPIN_MAX)
+    }
+
+    /// Records a spin that succeeded at attempt `k`, or ran out (`k == 0`).
+    #[inline]
+    fn record(&self, k: u32) {
+        let s = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let target = k * SCALE;
+        let next = if target >= s {
+            s + (target - s) / 8
+        } else {
+            s - (s - target) / 8
+        };
+        if next != s {
+            self.0.store(next, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_estimate_grows_with_late_successes_and_falls_back_to_the_floor() {
+        let estimate = SpinEstimate::new();
+        assert_eq!(estimate.limit(), SPIN_FLOOR);
+        // Spins that succeed at their last attempt ask for longer ones, up to the cap.
+        for _ in 0..200 {
+            estimate.record(estimate.limit());
+        }
+        assert_eq!(estimate.limit(), SPIN_MAX);
+        // Spins that run out bring it back down to the floor, never below.
+        for _ in 0..200 {
+            estimate.record(0);
+        }
+        assert_eq!(estimate.limit(), SPIN_FLOOR);
+        // Quick successes settle it near twice their attempt count.
+        for _ in 0..200 {
+            estimate.record(1);
+        }
+        assert!((SPIN_FLOOR..=SPIN_FLOOR + 2).contains(&estimate.limit()));
+    }
 }

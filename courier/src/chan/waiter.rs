@@ -343,7 +343,7 @@ impl Context {
     /// itself before registering, and pass `false`.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
         if spin {
-            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
+            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), None, || {
                 let sel = self.selected();
                 (sel != Selected::Waiting).then_some(sel)
             });
@@ -651,7 +651,12 @@ impl SyncWaitList {
     #[inline]
     pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
         let _polling = self.pollers.enter()?;
-        spin_then_yield(current_may_spin(), current_may_yield(), attempt)
+        spin_then_yield(
+            current_may_spin(),
+            current_may_yield(),
+            Some(self.pollers.spin()),
+            attempt,
+        )
     }
 
     /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is
