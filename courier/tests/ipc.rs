@@ -90,6 +90,9 @@ fn every_size_class_roundtrips() {
         33,
         4095,
         4096,
+        7167,
+        7168,
+        7169,
         65535,
         65536,
         65537,
@@ -180,18 +183,19 @@ fn byte_strings_received_apart_survive_every_change_of_layout() {
     }
     let _check = fd_check();
     let (tx, rx) = ipc::channel::<Frame>().unwrap();
-    // (bytes before the string, string length, with a channel)
+    // (bytes before the string, string length, with a channel); strings
+    // above the plain-`recv` line (7 KiB), so that they arrive split.
     let plan = [
-        (1, 5000, false),
-        (1, 5000, false),
-        (1, 5000, false),
-        (40, 5000, false),
-        (40, 5001, false),
+        (1, 9000, false),
+        (1, 9000, false),
+        (1, 9000, false),
+        (40, 9000, false),
+        (40, 9001, false),
         (40, 300_000, false),
         (40, 300_000, false),
         (3, 300_000, false),
-        (3, 4999, true),
-        (3, 4999, false),
+        (3, 8999, true),
+        (3, 8999, false),
         (3, 100, false),
         (3, 70_000, false),
         (3, 70_000, false),

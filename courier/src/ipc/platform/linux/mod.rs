@@ -596,8 +596,9 @@ const REFUSED_WAIT: Duration = Duration::from_millis(5);
 /// Messages expected to be at most this large are read with plain `recv(2)`
 /// into the thread's scratch area and copied out (cheaper than the
 /// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
-/// straight into the destination.
-const SCATTER_MIN: usize = 4096;
+/// straight into the destination. The same line as the sender's
+/// [`SMALL`], and for the same reason (see [`socket::SMALL_MAX`]).
+const SCATTER_MIN: usize = socket::SMALL_MAX;
 
 /// What one read delivered.
 enum Read {
