@@ -23,7 +23,7 @@ use courier_bench::harness::{child, compare, plot, Ctx, Options, Result};
 use courier_bench::suites::{self, Suite};
 
 /// The options every run takes (all suites, or one).
-fn run_args() -> [Arg; 5] {
+fn run_args() -> [Arg; 6] {
     [
         Arg::new("full")
             .long("full")
@@ -34,6 +34,10 @@ fn run_args() -> [Arg; 5] {
             .value_name("N")
             .value_parser(value_parser!(u64).range(1..))
             .help("Override every case's sample count"),
+        Arg::new("case")
+            .long("case")
+            .value_name("TEXT")
+            .help("Run only the cases whose name contains TEXT (suites ipc, ring, chan), e.g. `_4k` or `mpmc_bounded1`"),
         Arg::new("json")
             .long("json")
             .value_name("FILE")
@@ -140,6 +144,7 @@ fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<Exi
     let options = Options {
         full: matches.get_flag("full"),
         samples: matches.get_one::<u64>("samples").map(|&n| n as usize),
+        case: matches.get_one::<String>("case").cloned(),
     };
     let style = Style {
         stats: matches.get_flag("stats"),
@@ -164,7 +169,7 @@ fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<Exi
     for suite in list {
         progress.set_prefix(suite.name);
         let own = single.then_some(matches);
-        let mut ctx = Ctx::new(suite.name, options, own, progress.clone());
+        let mut ctx = Ctx::new(suite.name, options.clone(), own, progress.clone());
         let t0 = Instant::now();
         let outcome = (suite.run)(&mut ctx);
         ctx.note(format!("suite time {:.1} s", t0.elapsed().as_secs_f64()));

@@ -112,12 +112,15 @@ pub fn size_label(bytes: u64) -> String {
 }
 
 /// How a run was asked for.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// `--full`: the seeds' own parameters instead of the quick ones.
     pub full: bool,
     /// `--samples N`: overrides every [`Ctx::samples`] choice.
     pub samples: Option<usize>,
+    /// `--case TEXT`: only the cases whose name contains `TEXT` (in the
+    /// suites that ask [`Ctx::wants`]: `ipc`, `ring`, `chan`).
+    pub case: Option<String>,
 }
 
 /// What a suite gets: its parameters and a place to put its figures.
@@ -165,6 +168,14 @@ impl<'a> Ctx<'a> {
     /// A sample count: [`pick`](Self::pick), unless `--samples` overrides it.
     pub fn samples(&self, quick: usize, full: usize) -> usize {
         self.options.samples.unwrap_or(self.pick(quick, full))
+    }
+
+    /// Should `case` run? Always, unless `--case` names others.
+    pub fn wants(&self, case: &Case) -> bool {
+        self.options
+            .case
+            .as_deref()
+            .is_none_or(|part| case.name().contains(part))
     }
 
     /// The value of this suite's option `id`, if it was given (always `None`
@@ -379,15 +390,19 @@ mod tests {
         assert_eq!(quick.opt::<u64>("count"), None);
         let full = Options {
             full: true,
-            samples: None,
+            ..Options::default()
         };
         let full = Ctx::new("t", full, None, ProgressBar::hidden());
         assert_eq!((full.pick(1, 2), full.samples(10, 20)), (2, 20));
         let forced = Options {
-            full: false,
             samples: Some(7),
+            case: Some("_4k".into()),
+            ..Options::default()
         };
         let forced = Ctx::new("t", forced, None, ProgressBar::hidden());
         assert_eq!(forced.samples(10, 20), 7);
+        assert!(forced.wants(&Case::sized("sendrecv", 4096)));
+        assert!(!forced.wants(&Case::sized("sendrecv", 64)));
+        assert!(quick.wants(&Case::sized("sendrecv", 64)));
     }
 }

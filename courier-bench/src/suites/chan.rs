@@ -465,6 +465,9 @@ pub(crate) fn measure_interleaved(
     samples: usize,
     messages: usize,
 ) {
+    if !ctx.wants(case) {
+        return;
+    }
     struct Live {
         name: &'static str,
         run: Runner,

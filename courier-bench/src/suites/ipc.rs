@@ -96,6 +96,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     for size in sizes(ctx.full()) {
         let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let case = Case::sized("sendrecv", size as u64);
+        if !ctx.wants(&case) {
+            continue;
+        }
         ctx.status(case.name());
         let mut subjects = SUBJECTS
             .iter()
@@ -265,6 +268,9 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
             let warmup = (n / 10).min(200);
             let data = vec![7u8; size];
             let case = Case::sized(format!("rtt_{}", placement.label()), size as u64);
+            if !ctx.wants(&case) {
+                continue;
+            }
             ctx.status(case.name());
             let placed = placement.enter()?;
 
