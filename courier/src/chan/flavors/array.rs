@@ -353,7 +353,7 @@ impl<T> Channel<T> {
             if self.reserve_send(token)
                 || self
                     .senders
-                    .poll(|| self.reserve_send(token).then_some(()))
+                    .poll_spinning_first(|| self.reserve_send(token).then_some(()))
                     .is_some()
             {
                 // SAFETY: `reserve_send` returned true for this token.
@@ -444,7 +444,7 @@ impl<T> Channel<T> {
             if self.reserve_recv(token)
                 || self
                     .receivers
-                    .poll(|| self.reserve_recv(token).then_some(()))
+                    .poll_spinning_first(|| self.reserve_recv(token).then_some(()))
                     .is_some()
             {
                 // SAFETY: `reserve_recv` returned true for this token.
