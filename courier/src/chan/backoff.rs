@@ -224,9 +224,9 @@ const SCALE: u32 = 16;
 /// estimate instead of growing it.
 ///
 /// Measured (session 4, BENCHMARKS.md "ring and chan"; `chan` and `ring` quick, alternating
-/// builds): `mpmc_bounded1` 1.76-1.78 -> 1.05-1.26 µs per message, `mpsc_bounded1` 1.6-2.9 ->
-/// 0.93-1.08 µs, 16-thread unbounded ring 750-790 -> 390-430 ns; the 4- and 16-thread
-/// bounded(1) rings move within their noise.
+/// builds): `mpmc_bounded1` 1.5-1.8 -> 0.85-1.37 µs per message, `mpsc_bounded1` 1.5-2.9 ->
+/// 0.90-1.17 µs; the bounded(1) rings move within their noise. Used by the bounded flavor only
+/// (see `SyncWaitList::poll_spinning_first`).
 ///
 /// A heuristic only: racy read-modify-writes may lose updates, which changes nothing but timing.
 pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);
