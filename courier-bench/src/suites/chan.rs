@@ -570,9 +570,12 @@ const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 /// `courier-bench chan`: every scenario × flavor × subject.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let n = ctx.pick(MESSAGES.0, MESSAGES.1);
-    // --full: one sample of a million, as the seed's benchmark runs (the slowest peers take
-    // over 30 s per million when every message wakes a sleeping thread).
-    let samples = ctx.samples(3, 1);
+    // --full: one sample of a million where a sample can take the slowest peers over 30 s
+    // (bounded(0) and bounded(1), where every message may wake a sleeping thread), as the
+    // seed's benchmark runs; five where a million takes well under a second (the buffered
+    // flavors), whose 10-30% differences one sample on a shared machine cannot settle.
+    let blocking_samples = ctx.samples(3, 1);
+    let buffered_samples = ctx.samples(3, 5);
     for kind in [
         Kind::Bounded0,
         Kind::Bounded1,
@@ -582,6 +585,10 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         // Counts divisible by T, so every thread moves the same number of messages.
         let n = n / THREADS * THREADS;
         let buffered = matches!(kind, Kind::BoundedN(_) | Kind::Unbounded);
+        let samples = match buffered {
+            true => buffered_samples,
+            false => blocking_samples,
+        };
         for scenario in [
             Scenario::Seq,
             Scenario::Spsc,
@@ -604,7 +611,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         }
     }
     ctx.note(format!(
-        "{n} messages per sample, {samples} sample(s) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
+        "{n} messages per sample, {blocking_samples} sample(s) (buffered flavors: {buffered_samples}) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");
