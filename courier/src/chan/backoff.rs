@@ -136,21 +136,22 @@ const SPIN_ATTEMPTS: u32 = 8;
 
 /// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
-/// **A thread polling a channel side first spins briefly, for as long as its side's
+/// **A thread polling a bounded channel side first spins briefly, for as long as its side's
 /// [`SpinEstimate`] says spinning has been paying** (two attempts, 3 `pause`s, when it has not;
-/// at most crossbeam's ~2 µs), then yields. Callers without an estimate (`adaptive: None`:
-/// the rendezvous hand-off and `Select`, which wait on their claim word) go straight to the
-/// yields.
+/// at most crossbeam's ~2 µs), then yields. Callers without an estimate (`adaptive: None`: the
+/// unbounded flavor's receivers, the rendezvous hand-off and `Select`, which wait on their
+/// claim word) go straight to the yields.
 ///
 /// **Then it polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
 /// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
 /// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
 /// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
 /// the peer being waited for, which is what parking achieves, minus the futex round trip.
-/// Measured with `courier-bench ring` (see BENCHMARKS.md), against a `pause` spin of 1-3 µs
-/// before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and 16
-/// threads 2-3x; the adaptive spin above stays at its floor there), and a yield phase of 5 µs lets 4- and 16-thread rendezvous rings fall back to
-/// parking (17 µs/message) where 50 µs keeps them at 2-5 µs.
+/// Measured with `courier-bench ring` (see BENCHMARKS.md), against a fixed `pause` spin of 1-3
+/// µs before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and
+/// 16 threads 2-3x; the adaptive spin above left them within noise), and a yield phase of 5 µs
+/// lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message) where 50 µs keeps
+/// them at 2-5 µs.
 ///
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
 /// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
