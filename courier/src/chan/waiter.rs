@@ -659,10 +659,11 @@ impl SyncWaitList {
     ///
     /// For the bounded flavor, whose waiters on both sides hand slots to each other: there the
     /// peer that makes a waiter ready is often a poller running on the other CPU, and catching
-    /// its move without a `sched_yield` halves `mpmc_bounded1`. The unbounded flavor's
-    /// receivers wait for senders that never wait; a receiver spinning there only takes the CPU
-    /// from them (unbounded rings of 4 and 16 threads 20-25% slower with the spin), so they poll
-    /// without it.
+    /// its move without a `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a
+    /// message (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers
+    /// wait for senders that never wait; a receiver spinning there only takes the CPU from them
+    /// (unbounded rings of 4 and 16 threads looked 20-25% slower with the spin, inside this
+    /// machine's noise), so they poll without it.
     #[inline]
     pub(crate) fn poll_spinning_first<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
         let _polling = self.pollers.enter()?;
