@@ -149,7 +149,7 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// the peer being waited for, which is what parking achieves, minus the futex round trip.
 /// Measured with `courier-bench ring` (see BENCHMARKS.md), against a fixed `pause` spin of 1-3
 /// µs before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and
-/// 16 threads 2-3x; the adaptive spin above left them within noise), and a yield phase of 5 µs
+/// 16 threads 2-3x; the adaptive spin above costs them 10-30%), and a yield phase of 5 µs
 /// lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message) where 50 µs keeps
 /// them at 2-5 µs.
 ///
@@ -226,8 +226,9 @@ const SCALE: u32 = 16;
 ///
 /// Measured (session 4, BENCHMARKS.md "ring and chan"; `chan` and `ring` quick, alternating
 /// builds): `mpmc_bounded1` 1.5-1.8 -> 0.85-1.37 µs per message, `mpsc_bounded1` 1.5-2.9 ->
-/// 0.90-1.17 µs; the bounded(1) rings move within their noise. Used by the bounded flavor only
-/// (see `SyncWaitList::poll_spinning_first`).
+/// 0.90-1.17 µs; the 4- and 16-thread bounded(1) rings 10-30% slower (`scripts/ab.sh`, 9
+/// samples: 0.85-0.98 -> 1.05-1.35 µs, still 1.8x ahead of crossbeam), the two-thread one
+/// 0-13% faster. Used by the bounded flavor only (see `SyncWaitList::poll_spinning_first`).
 ///
 /// A heuristic only: racy read-modify-writes may lose updates, which changes nothing but timing.
 pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);
