@@ -137,7 +137,7 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
 /// **A thread polling a bounded channel side first spins briefly, for as long as its side's
-/// [`SpinEstimate`] says spinning has been paying** (two attempts, 3 `pause`s, when it has not;
+/// [`SpinEstimate`] says spinning has been paying** (one attempt after one `pause` when it has not;
 /// at most crossbeam's ~2 µs), then yields. Callers without an estimate (`adaptive: None`: the
 /// unbounded flavor's receivers, the rendezvous hand-off and `Select`, which wait on their
 /// claim word) go straight to the yields.
@@ -204,8 +204,9 @@ pub(crate) fn spin_then_yield<R>(
     None
 }
 
-/// Attempts a thread spins before yielding when spinning has not been paying (3 pauses).
-const SPIN_FLOOR: u32 = 2;
+/// Attempts a thread spins before yielding when spinning has not been paying (one `pause`; 2
+/// attempts measured no better: BENCHMARKS.md, session 4).
+const SPIN_FLOOR: u32 = 1;
 /// Most attempts a thread spins before yielding (127 pauses, ~2.2 µs: crossbeam's whole spin
 /// phase).
 const SPIN_MAX: u32 = 7;
