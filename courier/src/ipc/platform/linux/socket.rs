@@ -120,14 +120,15 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// Largest payload [`send_small`] takes, and the line between the plain
 /// `send`/`recv` paths and the `sendmsg`/`recvmsg` iovec paths.
 ///
-/// Set where the two cost the same: copying the payload through one buffer
-/// costs ~10 ns per 1 KiB here, the kernel's `msghdr` path a few hundred ns
-/// per message, so the copy wins up to ~7-8 KiB (send+receive of one
-/// message, both lines moved together, alternating in one process: 6 KiB
-/// 1.29 vs 1.43 µs, 7 KiB 1.33 vs 1.49 µs, 8 KiB 1.57 vs 1.52 µs, 12 KiB
-/// 2.65 vs 1.96 µs). The line is not a round 4 KiB so that a page of
-/// payload plus its framing (a typed message with a 4 KiB `serde_bytes`
-/// field is 4,098 bytes) stays on the cheap path: at 4,096 it paid 1.2x.
+/// Set where the two cost the same. Send+receive of one message on a bytes
+/// channel, both lines moved together, alternating in one process, plain
+/// path vs iovec path: 6 KiB 1.29 vs 1.43 µs, 7 KiB 1.33 vs 1.49 µs, 8 KiB
+/// 1.57 vs 1.52 µs, 12 KiB 2.65 vs 1.96 µs (BENCHMARKS.md, "ipc", session
+/// 4). The line is not a round 4 KiB so that a page of payload plus its
+/// framing (a typed message with a 4 KiB `serde_bytes` field is 4,098
+/// bytes) stays on the cheap path: at 4,096 it paid 1.2x. [`send_small`]'s
+/// stack buffer is this size plus the header, which a task's stack (a
+/// fiber's, too) must allow for.
 pub(crate) const SMALL_MAX: usize = 7 * 1024;
 
 /// What one `recvmsg` delivered.
