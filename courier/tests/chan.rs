@@ -392,6 +392,105 @@ fn select_rendezvous_both_sides_select() {
     t.join().unwrap();
 }
 
+// ===== Select::ready =====
+
+#[test]
+fn ready_names_a_ready_operation_and_takes_nothing() {
+    let (tx1, rx1) = chan::unbounded::<u32>();
+    let (tx2, rx2) = chan::bounded::<u32>(1);
+    let (_tx3, rx3) = chan::bounded::<u32>(0);
+    let mut sel = Select::new();
+    let i1 = sel.recv(&rx1);
+    let i2 = sel.recv(&rx2);
+    sel.recv(&rx3);
+    assert!(sel.try_ready().is_err());
+    assert!(sel.ready_timeout(Duration::from_millis(10)).is_err());
+    tx2.send(2).unwrap();
+    assert_eq!(sel.try_ready(), Ok(i2));
+    assert_eq!(sel.ready(), i2);
+    // Asking did not take the message.
+    assert_eq!(rx2.try_recv(), Ok(2));
+    tx1.send(1).unwrap();
+    assert_eq!(sel.ready_timeout(Duration::from_secs(5)), Ok(i1));
+    assert_eq!(rx1.try_recv(), Ok(1));
+    assert!(sel.try_ready().is_err());
+}
+
+#[test]
+fn ready_on_senders_means_room_or_a_waiting_receiver() {
+    let (tx_full, rx_full) = chan::bounded::<u32>(1);
+    tx_full.send(0).unwrap();
+    let (tx0, rx0) = chan::bounded::<u32>(0);
+    let (tx_unbounded, _rx_unbounded) = chan::unbounded::<u32>();
+    let mut sel = Select::new();
+    let full = sel.send(&tx_full);
+    let rendezvous = sel.send(&tx0);
+    assert!(sel.try_ready().is_err());
+    // A receiver arrives on the rendezvous channel.
+    let t = thread::spawn(move || (rx0.recv(), rx0));
+    assert_eq!(sel.ready(), rendezvous);
+    tx0.send(9).unwrap();
+    let (got, _rx0) = t.join().unwrap(); // kept: a disconnected channel is ready too
+    assert_eq!(got, Ok(9));
+    // Room appears in the full channel.
+    assert_eq!(rx_full.recv(), Ok(0));
+    assert_eq!(sel.ready(), full);
+    // An unbounded sender is always ready.
+    let mut sel = Select::new();
+    let i = sel.send(&tx_unbounded);
+    assert_eq!(sel.try_ready(), Ok(i));
+}
+
+#[test]
+fn ready_blocks_until_a_peer_arrives_or_leaves() {
+    for (kind, (tx, rx)) in all::<u32>() {
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            tx.send(7).unwrap();
+            tx
+        });
+        let mut sel = Select::new();
+        let i = sel.recv(&rx);
+        assert_eq!(sel.ready(), i, "{kind}");
+        assert_eq!(rx.recv(), Ok(7), "{kind}");
+        let tx = t.join().unwrap();
+        // Disconnection counts as ready.
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            drop(tx);
+        });
+        assert_eq!(sel.ready(), i, "{kind}");
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected), "{kind}");
+        t.join().unwrap();
+    }
+}
+
+/// A thread waiting in `ready` only watches: a blocked receiver of the same channel still gets
+/// the wake-up for a message; the watcher (which may find it taken and wait on) sees a change.
+#[test]
+fn ready_takes_no_wake_up_from_a_blocked_receiver() {
+    for (kind, (tx, rx)) in buffered::<u32>() {
+        let rx2 = rx.clone();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        thread::spawn(move || done_tx.send(rx2.recv()));
+        let rx3 = rx.clone();
+        let watcher = thread::spawn(move || {
+            let mut sel = Select::new();
+            let i = sel.recv(&rx3);
+            sel.ready() == i
+        });
+        // Let both wait.
+        thread::sleep(Duration::from_millis(20));
+        tx.send(3).unwrap();
+        // A stolen wake-up would leave the receiver asleep with the message in the channel.
+        let got = done.recv_timeout(Duration::from_secs(20));
+        assert_eq!(got, Ok(Ok(3)), "{kind}");
+        tx.send(4).unwrap();
+        assert!(watcher.join().unwrap(), "{kind}");
+        assert_eq!(rx.try_recv(), Ok(4), "{kind}");
+    }
+}
+
 // ===== oneshot, local =====
 
 /// `select!`: the arm of the ready operation runs, with its result bound by the pattern.

@@ -11,13 +11,19 @@ use loom::thread;
 
 /// A model with a preemption bound unless the caller set one (`LOOM_MAX_PREEMPTIONS`).
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_with_branches(5_000, f);
+}
+
+/// [`model`] allowing `max_branches` scheduling decisions per execution (three threads
+/// waiting on each other's in-flight operations need more).
+fn model_with_branches(max_branches: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
     // Waits for a preempted peer (a sender between its claim and its write) spin through
     // scheduling points; allow the paths they make.
-    b.max_branches = 5_000;
+    b.max_branches = max_branches;
     b.check(f);
 }
 
@@ -141,6 +147,31 @@ fn unbounded_two_receivers_split_messages() {
     });
 }
 
+/// Two receivers, two messages, and the sender stays connected until both receivers have one
+/// (so a disconnect cannot paper over a lost wake-up): a receiver that parks must be woken for
+/// a message even when the other one was polling as it arrived.
+fn two_receivers_each_get_one(make: fn() -> (chan::Sender<u32>, chan::Receiver<u32>)) {
+    model_with_branches(20_000, move || {
+        let (tx, rx) = make();
+        let rx2 = rx.clone();
+        // The receivers are spawned and the sender is this thread, which never waits on the
+        // channel: loom lets a late `unpark` of a thread wake it from a `join` (a real thread
+        // would ignore it), so the joining thread must not have been a waiter.
+        let t1 = thread::spawn(move || rx.recv().unwrap());
+        let t2 = thread::spawn(move || rx2.recv().unwrap());
+        tx.send(1).unwrap();
+        tx.send(2).unwrap();
+        let got = t1.join().unwrap() + t2.join().unwrap();
+        assert_eq!(got, 3);
+        drop(tx);
+    });
+}
+
+#[test]
+fn unbounded_poller_passes_on_wake_ups() {
+    two_receivers_each_get_one(chan::unbounded);
+}
+
 #[test]
 fn rendezvous_hand_off() {
     model(|| {
@@ -199,5 +230,22 @@ fn select_over_two_receivers() {
         }
         t.join().unwrap();
         assert!(matches!(rx1.try_recv(), Err(TryRecvError::Disconnected)));
+    });
+}
+
+#[test]
+fn select_ready_wakes_on_send() {
+    model(|| {
+        let (tx, rx) = chan::bounded::<u32>(1);
+        // The watcher is spawned: see `two_receivers_each_get_one` on loom and `join`.
+        let t = thread::spawn(move || {
+            let mut sel = chan::Select::new();
+            let i = sel.recv(&rx);
+            assert_eq!(sel.ready(), i);
+            drop(sel);
+            rx.try_recv()
+        });
+        tx.send(1).unwrap();
+        assert_eq!(t.join().unwrap(), Ok(1));
     });
 }

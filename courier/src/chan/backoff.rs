@@ -68,7 +68,10 @@ impl Backoff {
 /// `mpsc_bounded1` from 1.6-1.8 µs to 1.3-1.6 µs and `mpmc_bounded1` from 2.1-2.7 µs to
 /// 1.3-1.5 µs, with the rings unchanged within noise.
 ///
-/// Not under loom: models never poll.
+/// A poller takes one message (or slot) at most, so every poller leaving the count passes on
+/// what the wake-ups it made peers skip announced (`SyncWaitList::pass_on`; without that step a
+/// receiver could stay parked beside a message, found by loom in session 5). Under loom a poll
+/// is a single attempt, so the models cover that step.
 pub(crate) struct Pollers {
     count: crate::sync::atomic::AtomicUsize,
     /// How long a polling thread spins before its first yield: see [`SpinEstimate`].
@@ -86,16 +89,13 @@ impl Pollers {
         }
     }
 
-    /// Counts the caller as polling (`None` under loom: models never poll).
+    /// Counts the caller as polling.
     #[inline]
-    pub(crate) fn enter(&self) -> Option<Polling<'_>> {
-        if cfg!(loom) {
-            return None;
-        }
+    pub(crate) fn enter(&self) -> Polling<'_> {
         // SeqCst: see `any`.
         self.count
             .fetch_add(1, crate::sync::atomic::Ordering::SeqCst);
-        Some(Polling(self))
+        Polling(self)
     }
 
     /// The side's spin estimate.
@@ -108,9 +108,9 @@ impl Pollers {
     /// may skip waking anyone.
     ///
     /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load counts a poller, it comes
-    /// before that poller's SeqCst decrement in the SeqCst order, so the poller's re-check after
-    /// it registers (SeqCst loads, after the decrement) sees the notifier's change: a poller
-    /// that gives up still finds what it was not woken for.
+    /// before that poller's SeqCst decrement in the SeqCst order, so what the poller loads after
+    /// the decrement (`SyncWaitList::pass_on`'s check, and its own re-check if it goes on to
+    /// register) sees the notifier's change.
     #[inline]
     pub(crate) fn any(&self) -> bool {
         self.count.load(crate::sync::atomic::Ordering::SeqCst) != 0
@@ -164,7 +164,9 @@ pub(crate) fn spin_then_yield<R>(
     mut attempt: impl FnMut() -> Option<R>,
 ) -> Option<R> {
     if cfg!(loom) {
-        return None;
+        // One attempt: a scheduling point between the poller's success and its leaving the
+        // count, which is all the models need of a poll (spinning would only grow them).
+        return attempt();
     }
     if may_yield_thread {
         if let Some(estimate) = adaptive {

@@ -60,6 +60,14 @@ pub struct TrySelectError;
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub struct SelectTimeoutError;
 
+/// `Select::try_ready` found no operation ready.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct TryReadyError;
+
+/// `Select::ready_timeout` / `ready_deadline` saw no operation ready before the deadline.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct ReadyTimeoutError;
+
 // ===== impl SendError =====
 
 impl<T> SendError<T> {
@@ -260,3 +268,19 @@ impl fmt::Display for SelectTimeoutError {
 }
 
 impl Error for SelectTimeoutError {}
+
+impl fmt::Display for TryReadyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no operation in select is ready")
+    }
+}
+
+impl Error for TryReadyError {}
+
+impl fmt::Display for ReadyTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("timed out waiting for an operation in select to become ready")
+    }
+}
+
+impl Error for ReadyTimeoutError {}

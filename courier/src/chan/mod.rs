@@ -82,8 +82,8 @@ use crate::sync::Arc;
 use flavors::{array, list, zero, Token};
 
 pub use err::{
-    RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError,
-    TrySelectError, TrySendError,
+    ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError,
+    SendTimeoutError, TryReadyError, TryRecvError, TrySelectError, TrySendError,
 };
 pub use oneshot::oneshot;
 pub use select::{Select, SelectedOperation};

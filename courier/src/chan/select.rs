@@ -13,7 +13,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::err::{RecvError, SelectTimeoutError, SendError, TrySelectError};
+use super::err::{
+    ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
+};
 use super::flavors::Token;
 use super::waiter::{Context, Operation, Selected};
 use super::{deadline_after, Flavor, Receiver, Sender};
@@ -28,6 +30,14 @@ pub(crate) trait SelectHandle {
     fn unregister(&self, oper: Operation);
     /// The context was claimed for this operation: reserve it.
     fn accept(&self, token: &mut Token, cx: &Context) -> bool;
+    /// Would the operation complete now (with a message, room, a waiting peer, or an error
+    /// because the channel is disconnected)? A snapshot, for `Select::ready`.
+    fn is_ready(&self) -> bool;
+    /// Watches the operation: `cx` is claimed at the next change that may make it ready.
+    /// Returns `true` if it is ready already.
+    fn watch(&self, oper: Operation, cx: &Context) -> bool;
+    /// Stops watching (if no change has woken the watcher yet).
+    fn unwatch(&self, oper: Operation);
 }
 
 impl<T> SelectHandle for Sender<T> {
@@ -58,9 +68,39 @@ impl<T> SelectHandle for Sender<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => c.start_send(token),
+            Flavor::Array(c) => {
+                let ok = c.start_send(token);
+                if ok {
+                    c.pass_on_send();
+                }
+                ok
+            }
             Flavor::List(c) => c.start_send(token),
             Flavor::Zero(c) => c.accept(token, cx),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => !c.is_full() || c.is_disconnected(),
+            Flavor::List(_) => true,
+            Flavor::Zero(c) => c.is_ready_send(),
+        }
+    }
+
+    fn watch(&self, oper: Operation, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.watch_send(oper, cx),
+            Flavor::List(_) => true,
+            Flavor::Zero(c) => c.watch_send(oper, cx),
+        }
+    }
+
+    fn unwatch(&self, oper: Operation) {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.unwatch_send(oper),
+            Flavor::List(_) => {}
+            Flavor::Zero(c) => c.unwatch_send(oper),
         }
     }
 }
@@ -92,9 +132,45 @@ impl<T> SelectHandle for Receiver<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => c.start_recv(token),
-            Flavor::List(c) => c.start_recv(token),
+            Flavor::Array(c) => {
+                let ok = c.start_recv(token);
+                if ok {
+                    c.pass_on_recv();
+                }
+                ok
+            }
+            Flavor::List(c) => {
+                let ok = c.start_recv(token);
+                if ok {
+                    c.pass_on_recv();
+                }
+                ok
+            }
             Flavor::Zero(c) => c.accept(token, cx),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => !c.is_empty() || c.is_disconnected(),
+            Flavor::List(c) => !c.is_empty() || c.is_disconnected(),
+            Flavor::Zero(c) => c.is_ready_recv(),
+        }
+    }
+
+    fn watch(&self, oper: Operation, cx: &Context) -> bool {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.watch_recv(oper, cx),
+            Flavor::List(c) => c.watch_recv(oper, cx),
+            Flavor::Zero(c) => c.watch_recv(oper, cx),
+        }
+    }
+
+    fn unwatch(&self, oper: Operation) {
+        match &self.chan.flavor {
+            Flavor::Array(c) => c.unwatch_recv(oper),
+            Flavor::List(c) => c.unwatch_recv(oper),
+            Flavor::Zero(c) => c.unwatch_recv(oper),
         }
     }
 }
@@ -212,22 +288,124 @@ impl<'a> Select<'a> {
         self.run(Timeout::At(deadline)).ok_or(SelectTimeoutError)
     }
 
-    fn run(&mut self, timeout: Timeout) -> Option<SelectedOperation<'a>> {
+    /// Returns the index of an operation that is ready now (a message to receive, room to
+    /// send, a peer waiting on a rendezvous channel, or a disconnected channel), without
+    /// completing it; `Err` if none is.
+    ///
+    /// Unlike [`try_select`](Self::try_select), nothing is reserved: by the time the caller
+    /// acts, another thread may have taken what was ready, so complete the operation with a
+    /// non-blocking call (`try_recv`, `try_send`) and come back on `Empty`/`Full`.
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        self.run_ready(Timeout::Now).ok_or(TryReadyError)
+    }
+
+    /// Waits until an operation is ready and returns its index (see
+    /// [`try_ready`](Self::try_ready)). Panics if the select is empty.
+    ///
+    /// A waiting `ready` only watches the channels: it takes no wake-up meant for a blocked
+    /// `send` or `recv`, and pairs with no rendezvous peer.
+    ///
+    /// ```
+    /// use courier::chan::{self, Select, TryRecvError};
+    ///
+    /// let (tx, rx) = chan::unbounded::<u32>();
+    /// let t = std::thread::spawn(move || tx.send(5).unwrap());
+    /// let mut sel = Select::new();
+    /// let i = sel.recv(&rx);
+    /// loop {
+    ///     assert_eq!(sel.ready(), i);
+    ///     match rx.try_recv() {
+    ///         Ok(v) => break assert_eq!(v, 5),
+    ///         Err(TryRecvError::Empty) => continue, // someone else took it
+    ///         Err(TryRecvError::Disconnected) => unreachable!(),
+    ///     }
+    /// }
+    /// # t.join().unwrap();
+    /// ```
+    pub fn ready(&mut self) -> usize {
+        assert!(
+            !self.handles.is_empty(),
+            "ready over no operation would wait forever"
+        );
+        self.run_ready(Timeout::Never)
+            .expect("an untimed ready returns an operation")
+    }
+
+    /// Waits at most `timeout` for an operation to become ready.
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
+        match deadline_after(timeout) {
+            Some(deadline) => self.ready_deadline(deadline),
+            None => Ok(self.ready()),
+        }
+    }
+
+    /// Waits until `deadline` at the latest for an operation to become ready.
+    pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
+        self.run_ready(Timeout::At(deadline))
+            .ok_or(ReadyTimeoutError)
+    }
+
+    /// The rotation that gives each call a different first operation (not under loom: models
+    /// must be deterministic). `false`: the select is empty.
+    fn rotate(&mut self) -> bool {
+        let n = self.handles.len();
+        if n != 0 && !cfg!(loom) {
+            self.handles.rotate_left(next_rotation() % n);
+        }
+        n != 0
+    }
+
+    fn run_ready(&mut self, timeout: Timeout) -> Option<usize> {
         let deadline = match timeout {
             Timeout::At(d) => Some(d),
             _ => None,
         };
-        if self.handles.is_empty() {
+        if !self.rotate() {
             if let Some(d) = deadline {
                 std::thread::sleep(d.saturating_duration_since(Instant::now()));
             }
             return None;
         }
-        // Fairness: start each select at a different operation (not under loom: models must
-        // be deterministic).
-        if !cfg!(loom) {
-            let n = self.handles.len();
-            self.handles.rotate_left(next_rotation() % n);
+        loop {
+            if let Some(h) = self.handles.iter().find(|h| h.handle.is_ready()) {
+                return Some(h.index);
+            }
+            if matches!(timeout, Timeout::Now) || deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            // Watch everything, re-check, park; whatever wakes us, look again.
+            let handles = &mut self.handles;
+            Context::with(|cx| {
+                let mut watched = 0;
+                for h in handles.iter_mut() {
+                    watched += 1;
+                    if h.handle.watch(Operation::hook(h), cx) {
+                        let _ = cx.try_select(Selected::Aborted);
+                        break;
+                    }
+                    if cx.selected() != Selected::Waiting {
+                        break;
+                    }
+                }
+                cx.wait_until(deadline, true);
+                for h in handles.iter_mut().take(watched) {
+                    h.handle.unwatch(Operation::hook(h));
+                }
+            });
+        }
+    }
+
+    fn run(&mut self, timeout: Timeout) -> Option<SelectedOperation<'a>> {
+        let deadline = match timeout {
+            Timeout::At(d) => Some(d),
+            _ => None,
+        };
+        // Fairness: start each select at a different operation.
+        if !self.rotate() {
+            if let Some(d) = deadline {
+                std::thread::sleep(d.saturating_duration_since(Instant::now()));
+            }
+            return None;
         }
         let mut token = Token::default();
         loop {

@@ -556,13 +556,46 @@ pub(crate) struct Entry {
 /// rendezvous flavor's lock.
 pub(crate) struct WaitList {
     entries: Vec<Entry>,
+    /// `Select::ready` callers watching this side: woken by every change that may make it
+    /// ready, never handed an operation (so they take no wake-up from `entries`).
+    observers: Vec<Entry>,
 }
 
 impl WaitList {
     pub(crate) const fn new() -> WaitList {
         WaitList {
             entries: Vec::new(),
+            observers: Vec::new(),
         }
+    }
+
+    /// Adds an observer: `cx` is claimed for `oper` at the next change of this side.
+    pub(crate) fn watch(&mut self, oper: Operation, cx: &Context) {
+        self.observers.push(Entry {
+            oper,
+            packet: std::ptr::null_mut(),
+            cx: cx.clone(),
+        });
+    }
+
+    /// Removes the observer of `oper`, if no change has woken it yet.
+    pub(crate) fn unwatch(&mut self, oper: Operation) {
+        if let Some(i) = self.observers.iter().position(|e| e.oper == oper) {
+            self.observers.remove(i);
+        }
+    }
+
+    /// Claims every observer for its operation and removes it; the caller unparks the returned
+    /// contexts (after releasing any lock). Allocates nothing when nobody watches.
+    pub(crate) fn take_observers(&mut self) -> Vec<Context> {
+        if self.observers.is_empty() {
+            return Vec::new();
+        }
+        self.observers
+            .drain(..)
+            .filter(|e| e.cx.try_select(Selected::Operation(e.oper)).is_ok())
+            .map(|e| e.cx)
+            .collect()
     }
 
     #[inline]
@@ -617,13 +650,15 @@ impl WaitList {
     pub(crate) fn disconnect(&mut self) -> Vec<Context> {
         self.entries
             .iter()
+            .chain(&self.observers)
             .filter(|e| e.cx.try_select(Selected::Disconnected).is_ok())
             .map(|e| e.cx.clone())
             .collect()
     }
 
+    /// Nobody waits or watches.
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.observers.is_empty()
     }
 }
 
@@ -647,11 +682,19 @@ impl SyncWaitList {
     }
 
     /// Runs `attempt` while the caller polls (see `backoff::Pollers`): `None` if the poll ran
-    /// out (or under loom, where nobody polls).
+    /// out. Then passes on the wake-ups peers skipped because it polled (see
+    /// [`pass_on`](Self::pass_on); `ready`: is this side still ready for another waiter?).
     #[inline]
-    pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
-        let _polling = self.pollers.enter()?;
-        spin_then_yield(current_may_spin(), current_may_yield(), None, attempt)
+    pub(crate) fn poll<R>(
+        &self,
+        attempt: impl FnMut() -> Option<R>,
+        ready: impl FnOnce() -> bool,
+    ) -> Option<R> {
+        let polling = self.pollers.enter();
+        let r = spin_then_yield(current_may_spin(), current_may_yield(), None, attempt);
+        drop(polling);
+        self.pass_on(ready, |_| {});
+        r
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
@@ -665,14 +708,44 @@ impl SyncWaitList {
     /// (unbounded rings of 4 and 16 threads looked 20-25% slower with the spin, inside this
     /// machine's noise), so they poll without it.
     #[inline]
-    pub(crate) fn poll_spinning_first<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
-        let _polling = self.pollers.enter()?;
-        spin_then_yield(
+    pub(crate) fn poll_spinning_first<R>(
+        &self,
+        attempt: impl FnMut() -> Option<R>,
+        ready: impl FnOnce() -> bool,
+        help: impl FnOnce(&Entry),
+    ) -> Option<R> {
+        let polling = self.pollers.enter();
+        let r = spin_then_yield(
             current_may_spin(),
             current_may_yield(),
             Some(self.pollers.spin()),
             attempt,
-        )
+        );
+        drop(polling);
+        self.pass_on(ready, help);
+        r
+    }
+
+    /// Wakes one waiting task if the side is `ready` and no poller is left to take it.
+    ///
+    /// A peer that makes the side ready while a waiter polls skips the wake-up (`notify`),
+    /// counting on the pollers; but a poller takes one message (or slot) at most, and one that
+    /// gives up may have missed the change. So every thread leaving the pollers runs this, and
+    /// so does every woken waiter whose operation then succeeds (the wake-up it got may have
+    /// been passed on, with more owed behind it): whatever a skipped wake-up announced is then
+    /// either taken or announced to a parked waiter.
+    ///
+    /// SYNC POINT: after the poller's SeqCst decrement (`Polling`'s drop). A notifier that
+    /// skipped because it counted this poller made its change (SeqCst RMW) before that count
+    /// load, which comes before the decrement in the SeqCst order; so `ready`'s SeqCst loads
+    /// see the change. Found by the loom model `unbounded_poller_passes_on_wake_ups`, which
+    /// deadlocked without this step.
+    #[inline]
+    pub(crate) fn pass_on(&self, ready: impl FnOnce() -> bool, help: impl FnOnce(&Entry)) {
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.any() && ready() {
+            self.notify_slow_with(help);
+        }
     }
 
     /// Registers `oper`. The caller then re-checks the channel and aborts the wait if it is
@@ -730,12 +803,35 @@ impl SyncWaitList {
     fn notify_slow_with(&self, help: impl FnOnce(&Entry)) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let entry = list.try_select();
+        let observers = list.take_observers();
         self.is_empty.store(list.is_empty(), Ordering::SeqCst);
         drop(list);
         if let Some(entry) = entry {
             help(&entry);
             entry.cx.unpark();
         }
+        for cx in observers {
+            cx.unpark();
+        }
+    }
+
+    /// Adds an observer (`Select::ready`). The caller then re-checks the side, as after
+    /// [`register`](Self::register), and the same Dekker pair keeps the change from being
+    /// missed.
+    pub(crate) fn watch(&self, oper: Operation, cx: &Context) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.watch(oper, cx);
+        // SYNC POINT: as in `register`.
+        self.is_empty.store(false, Ordering::SeqCst);
+        drop(list);
+        loom_seqcst_fence();
+    }
+
+    /// Removes the observer of `oper`, if no change woke it.
+    pub(crate) fn unwatch(&self, oper: Operation) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.unwatch(oper);
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
     }
 
     /// Registers `oper` with a hand-off packet (see [`notify_with`](Self::notify_with)).

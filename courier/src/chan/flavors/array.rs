@@ -348,14 +348,24 @@ impl<T> Channel<T> {
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
+        let mut woken = false;
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            if self.reserve_send(token)
-                || self
-                    .senders
-                    .poll_spinning_first(|| self.reserve_send(token).then_some(()))
+            let ready = if self.reserve_send(token) {
+                if woken {
+                    self.pass_on_send();
+                }
+                true
+            } else {
+                self.senders
+                    .poll_spinning_first(
+                        || self.reserve_send(token).then_some(()),
+                        || !self.is_full(),
+                        |entry| self.hand_off(entry),
+                    )
                     .is_some()
-            {
+            };
+            if ready {
                 // SAFETY: `reserve_send` returned true for this token.
                 return unsafe { self.write_reserved(token, msg) }
                     .map_err(SendTimeoutError::Disconnected);
@@ -393,8 +403,10 @@ impl<T> Channel<T> {
                 }
             });
             if delivered {
+                self.pass_on_send();
                 return Ok(());
             }
+            woken = true;
             // SAFETY: not delivered: no one else touches the packet any more, and its message
             // is still initialised (only a DELIVERED hand-off moves it out).
             msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
@@ -439,14 +451,24 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
+        let mut woken = false;
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.reserve_recv(token)
-                || self
-                    .receivers
-                    .poll_spinning_first(|| self.reserve_recv(token).then_some(()))
+            let ready = if self.reserve_recv(token) {
+                if woken {
+                    self.pass_on_recv();
+                }
+                true
+            } else {
+                self.receivers
+                    .poll_spinning_first(
+                        || self.reserve_recv(token).then_some(()),
+                        || !self.is_empty(),
+                        |_| {},
+                    )
                     .is_some()
-            {
+            };
+            if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
                 return unsafe { self.read_reserved(token) }
                     .map_err(|()| RecvTimeoutError::Disconnected);
@@ -469,7 +491,19 @@ impl<T> Channel<T> {
                     Selected::Operation(_) | Selected::Waiting => {}
                 }
             });
+            woken = true;
         }
+    }
+
+    /// After a woken sender's success: see `SyncWaitList::pass_on`.
+    pub(crate) fn pass_on_send(&self) {
+        self.senders
+            .pass_on(|| !self.is_full(), |entry| self.hand_off(entry));
+    }
+
+    /// After a woken receiver's success: see `SyncWaitList::pass_on`.
+    pub(crate) fn pass_on_recv(&self) {
+        self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }
 
     // ===== impl Channel: state =====
@@ -552,6 +586,26 @@ impl<T> Channel<T> {
 
     pub(crate) fn unregister_recv(&self, oper: Operation) {
         self.receivers.unregister(oper);
+    }
+
+    // ===== `Select::ready` support =====
+
+    pub(crate) fn watch_send(&self, oper: Operation, cx: &Context) -> bool {
+        self.senders.watch(oper, cx);
+        !self.is_full() || self.is_disconnected()
+    }
+
+    pub(crate) fn unwatch_send(&self, oper: Operation) {
+        self.senders.unwatch(oper);
+    }
+
+    pub(crate) fn watch_recv(&self, oper: Operation, cx: &Context) -> bool {
+        self.receivers.watch(oper, cx);
+        !self.is_empty() || self.is_disconnected()
+    }
+
+    pub(crate) fn unwatch_recv(&self, oper: Operation) {
+        self.receivers.unwatch(oper);
     }
 }
 

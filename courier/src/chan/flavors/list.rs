@@ -524,14 +524,23 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ListToken::default();
+        let mut woken = false;
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            if self.reserve_recv(token)
-                || self
-                    .receivers
-                    .poll(|| self.reserve_recv(token).then_some(()))
+            let ready = if self.reserve_recv(token) {
+                if woken {
+                    self.pass_on_recv();
+                }
+                true
+            } else {
+                self.receivers
+                    .poll(
+                        || self.reserve_recv(token).then_some(()),
+                        || !self.is_empty(),
+                    )
                     .is_some()
-            {
+            };
+            if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
                 return unsafe { self.read_reserved(token) }
                     .map_err(|()| RecvTimeoutError::Disconnected);
@@ -554,7 +563,24 @@ impl<T> Channel<T> {
                     Selected::Operation(_) | Selected::Waiting => {}
                 }
             });
+            woken = true;
         }
+    }
+
+    // ===== `Select::ready` support =====
+
+    pub(crate) fn watch_recv(&self, oper: Operation, cx: &Context) -> bool {
+        self.receivers.watch(oper, cx);
+        !self.is_empty() || self.is_disconnected()
+    }
+
+    pub(crate) fn unwatch_recv(&self, oper: Operation) {
+        self.receivers.unwatch(oper);
+    }
+
+    /// After a woken receiver's success: see `SyncWaitList::pass_on`.
+    pub(crate) fn pass_on_recv(&self) {
+        self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }
 
     // ===== impl Channel: state =====

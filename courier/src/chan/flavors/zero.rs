@@ -242,9 +242,11 @@ impl<T> Channel<T> {
             inner
                 .senders
                 .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
+            let observers = inner.receivers.take_observers();
             drop(inner);
-            let polling = self.senders_poll.enter();
-            match cx.wait_until(deadline, polling.is_some()) {
+            wake(observers);
+            let _polling = self.senders_poll.enter();
+            match cx.wait_until(deadline, true) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
                     self.lock().senders.unregister(oper);
@@ -300,9 +302,11 @@ impl<T> Channel<T> {
             inner
                 .receivers
                 .register_with_packet(oper, &packet as *const Packet<T> as *mut (), cx);
+            let observers = inner.senders.take_observers();
             drop(inner);
-            let polling = self.receivers_poll.enter();
-            match cx.wait_until(deadline, polling.is_some()) {
+            wake(observers);
+            let _polling = self.receivers_poll.enter();
+            match cx.wait_until(deadline, true) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
                     Err(RecvTimeoutError::Timeout)
@@ -352,7 +356,11 @@ impl<T> Channel<T> {
         inner
             .senders
             .register_with_packet(oper, packet as *mut (), cx);
-        inner.receivers.can_select() || inner.is_disconnected
+        let ready = inner.receivers.can_select() || inner.is_disconnected;
+        let observers = inner.receivers.take_observers();
+        drop(inner);
+        wake(observers);
+        ready
     }
 
     pub(crate) fn unregister_send(&self, oper: Operation) {
@@ -368,7 +376,11 @@ impl<T> Channel<T> {
         inner
             .receivers
             .register_with_packet(oper, packet as *mut (), cx);
-        inner.senders.can_select() || inner.is_disconnected
+        let ready = inner.senders.can_select() || inner.is_disconnected;
+        let observers = inner.senders.take_observers();
+        drop(inner);
+        wake(observers);
+        ready
     }
 
     pub(crate) fn unregister_recv(&self, oper: Operation) {
@@ -378,11 +390,52 @@ impl<T> Channel<T> {
         }
     }
 
+    // ===== `Select::ready` support: a side is ready when the other side has a waiter =====
+
+    pub(crate) fn is_ready_send(&self) -> bool {
+        let inner = self.lock();
+        inner.receivers.can_select() || inner.is_disconnected
+    }
+
+    pub(crate) fn is_ready_recv(&self) -> bool {
+        let inner = self.lock();
+        inner.senders.can_select() || inner.is_disconnected
+    }
+
+    /// Watches for a receiver to arrive (woken when one registers); `true` if one waits now.
+    pub(crate) fn watch_send(&self, oper: Operation, cx: &Context) -> bool {
+        let mut inner = self.lock();
+        inner.senders.watch(oper, cx);
+        inner.receivers.can_select() || inner.is_disconnected
+    }
+
+    pub(crate) fn unwatch_send(&self, oper: Operation) {
+        self.lock().senders.unwatch(oper);
+    }
+
+    /// Watches for a sender to arrive (woken when one registers); `true` if one waits now.
+    pub(crate) fn watch_recv(&self, oper: Operation, cx: &Context) -> bool {
+        let mut inner = self.lock();
+        inner.receivers.watch(oper, cx);
+        inner.senders.can_select() || inner.is_disconnected
+    }
+
+    pub(crate) fn unwatch_recv(&self, oper: Operation) {
+        self.lock().receivers.unwatch(oper);
+    }
+
     /// A select was claimed for this channel's operation: take the packet the claimer left.
     pub(crate) fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         token.zero.packet = cx.wait_packet();
         token.zero.peer = None;
         true
+    }
+}
+
+/// Wakes the observers a registration claimed (outside the channel's lock).
+fn wake(observers: Vec<Context>) {
+    for cx in observers {
+        cx.unpark();
     }
 }
 
