@@ -68,13 +68,7 @@ impl<T> SelectHandle for Sender<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => {
-                let ok = c.start_send(token);
-                if ok {
-                    c.pass_on_send();
-                }
-                ok
-            }
+            Flavor::Array(c) => c.accept_send(token),
             Flavor::List(c) => c.start_send(token),
             Flavor::Zero(c) => c.accept(token, cx),
         }
@@ -132,20 +126,8 @@ impl<T> SelectHandle for Receiver<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => {
-                let ok = c.start_recv(token);
-                if ok {
-                    c.pass_on_recv();
-                }
-                ok
-            }
-            Flavor::List(c) => {
-                let ok = c.start_recv(token);
-                if ok {
-                    c.pass_on_recv();
-                }
-                ok
-            }
+            Flavor::Array(c) => c.accept_recv(token),
+            Flavor::List(c) => c.accept_recv(token),
             Flavor::Zero(c) => c.accept(token, cx),
         }
     }

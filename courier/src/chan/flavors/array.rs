@@ -323,6 +323,24 @@ impl<T> Channel<T> {
         self.reserve_recv(&mut token.array)
     }
 
+    /// A `Select` woken for this channel's send: reserve, and pass on as a woken waiter does.
+    pub(crate) fn accept_send(&self, token: &mut Token) -> bool {
+        let ok = self.start_send(token);
+        if ok {
+            self.pass_on_send();
+        }
+        ok
+    }
+
+    /// A `Select` woken for this channel's receive: as [`accept_send`](Self::accept_send).
+    pub(crate) fn accept_recv(&self, token: &mut Token) -> bool {
+        let ok = self.start_recv(token);
+        if ok {
+            self.pass_on_recv();
+        }
+        ok
+    }
+
     /// # Safety
     /// As for [`read_reserved`](Self::read_reserved).
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {

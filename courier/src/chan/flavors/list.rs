@@ -329,6 +329,16 @@ impl<T> Channel<T> {
         self.reserve_recv(&mut token.list)
     }
 
+    /// A `Select` woken for this channel's receive: reserve, and pass on as a woken waiter
+    /// does.
+    pub(crate) fn accept_recv(&self, token: &mut Token) -> bool {
+        let ok = self.start_recv(token);
+        if ok {
+            self.pass_on_recv();
+        }
+        ok
+    }
+
     /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
     ///
     /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common cases
