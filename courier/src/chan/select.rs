@@ -68,7 +68,7 @@ impl<T> SelectHandle for Sender<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => c.accept_send(token),
+            Flavor::Array(c) => c.start_send(token),
             Flavor::List(c) => c.start_send(token),
             Flavor::Zero(c) => c.accept(token, cx),
         }
@@ -126,8 +126,8 @@ impl<T> SelectHandle for Receiver<T> {
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
-            Flavor::Array(c) => c.accept_recv(token),
-            Flavor::List(c) => c.accept_recv(token),
+            Flavor::Array(c) => c.start_recv(token),
+            Flavor::List(c) => c.start_recv(token),
             Flavor::Zero(c) => c.accept(token, cx),
         }
     }

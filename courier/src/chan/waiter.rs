@@ -682,8 +682,9 @@ impl SyncWaitList {
     }
 
     /// Runs `attempt` while the caller polls (see `backoff::Pollers`): `None` if the poll ran
-    /// out. Then passes on the wake-ups peers skipped because it polled (see
-    /// [`pass_on`](Self::pass_on); `ready`: is this side still ready for another waiter?).
+    /// out. A failed poll then passes on the wake-ups peers skipped because it polled (see
+    /// [`pass_on`](Self::pass_on); `ready`: is this side still ready for another waiter?); a
+    /// successful one leaves that to the caller, after it completes its operation.
     #[inline]
     pub(crate) fn poll<R>(
         &self,
@@ -693,7 +694,11 @@ impl SyncWaitList {
         let polling = self.pollers.enter();
         let r = spin_then_yield(current_may_spin(), current_may_yield(), None, attempt);
         drop(polling);
-        self.pass_on(ready, |_| {});
+        // On success the caller passes on once its operation is complete: never while it
+        // holds a reservation (a hand-off could wait on a slot behind it).
+        if r.is_none() {
+            self.pass_on(ready, |_| {});
+        }
         r
     }
 
@@ -722,7 +727,9 @@ impl SyncWaitList {
             attempt,
         );
         drop(polling);
-        self.pass_on(ready, help);
+        if r.is_none() {
+            self.pass_on(ready, help);
+        }
         r
     }
 

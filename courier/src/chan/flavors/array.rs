@@ -316,36 +316,24 @@ impl<T> Channel<T> {
     /// As for [`write_reserved`](Self::write_reserved).
     pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.write_reserved(&token.array, msg) }
+        let sent = unsafe { self.write_reserved(&token.array, msg) };
+        // A select may have been woken for this: pass on, now that nothing is held.
+        self.pass_on_send();
+        sent
     }
 
     pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
         self.reserve_recv(&mut token.array)
     }
 
-    /// A `Select` woken for this channel's send: reserve, and pass on as a woken waiter does.
-    pub(crate) fn accept_send(&self, token: &mut Token) -> bool {
-        let ok = self.start_send(token);
-        if ok {
-            self.pass_on_send();
-        }
-        ok
-    }
-
-    /// A `Select` woken for this channel's receive: as [`accept_send`](Self::accept_send).
-    pub(crate) fn accept_recv(&self, token: &mut Token) -> bool {
-        let ok = self.start_recv(token);
-        if ok {
-            self.pass_on_recv();
-        }
-        ok
-    }
-
     /// # Safety
     /// As for [`read_reserved`](Self::read_reserved).
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.read_reserved(&token.array) }
+        let got = unsafe { self.read_reserved(&token.array) };
+        // A select may have been woken for this: pass on, now that nothing is held.
+        self.pass_on_recv();
+        got
     }
 
     // ===== impl Channel: try, blocking =====
@@ -366,15 +354,12 @@ impl<T> Channel<T> {
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
-        let mut woken = false;
+        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
+        let mut slow = false;
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            let ready = if self.reserve_send(token) {
-                if woken {
-                    self.pass_on_send();
-                }
-                true
-            } else {
+            let ready = self.reserve_send(token) || {
+                slow = true;
                 self.senders
                     .poll_spinning_first(
                         || self.reserve_send(token).then_some(()),
@@ -385,8 +370,11 @@ impl<T> Channel<T> {
             };
             if ready {
                 // SAFETY: `reserve_send` returned true for this token.
-                return unsafe { self.write_reserved(token, msg) }
-                    .map_err(SendTimeoutError::Disconnected);
+                let sent = unsafe { self.write_reserved(token, msg) };
+                if slow {
+                    self.pass_on_send();
+                }
+                return sent.map_err(SendTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -424,7 +412,6 @@ impl<T> Channel<T> {
                 self.pass_on_send();
                 return Ok(());
             }
-            woken = true;
             // SAFETY: not delivered: no one else touches the packet any more, and its message
             // is still initialised (only a DELIVERED hand-off moves it out).
             msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
@@ -469,15 +456,12 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
-        let mut woken = false;
+        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
+        let mut slow = false;
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            let ready = if self.reserve_recv(token) {
-                if woken {
-                    self.pass_on_recv();
-                }
-                true
-            } else {
+            let ready = self.reserve_recv(token) || {
+                slow = true;
                 self.receivers
                     .poll_spinning_first(
                         || self.reserve_recv(token).then_some(()),
@@ -488,8 +472,11 @@ impl<T> Channel<T> {
             };
             if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
-                return unsafe { self.read_reserved(token) }
-                    .map_err(|()| RecvTimeoutError::Disconnected);
+                let got = unsafe { self.read_reserved(token) };
+                if slow {
+                    self.pass_on_recv();
+                }
+                return got.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -509,17 +496,16 @@ impl<T> Channel<T> {
                     Selected::Operation(_) | Selected::Waiting => {}
                 }
             });
-            woken = true;
         }
     }
 
-    /// After a woken sender's success: see `SyncWaitList::pass_on`.
+    /// After a polling or woken sender's success: see `SyncWaitList::pass_on`.
     pub(crate) fn pass_on_send(&self) {
         self.senders
             .pass_on(|| !self.is_full(), |entry| self.hand_off(entry));
     }
 
-    /// After a woken receiver's success: see `SyncWaitList::pass_on`.
+    /// After a polling or woken receiver's success: see `SyncWaitList::pass_on`.
     pub(crate) fn pass_on_recv(&self) {
         self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }

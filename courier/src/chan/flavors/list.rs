@@ -329,16 +329,6 @@ impl<T> Channel<T> {
         self.reserve_recv(&mut token.list)
     }
 
-    /// A `Select` woken for this channel's receive: reserve, and pass on as a woken waiter
-    /// does.
-    pub(crate) fn accept_recv(&self, token: &mut Token) -> bool {
-        let ok = self.start_recv(token);
-        if ok {
-            self.pass_on_recv();
-        }
-        ok
-    }
-
     /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
     ///
     /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common cases
@@ -470,7 +460,10 @@ impl<T> Channel<T> {
     /// As for [`read_reserved`](Self::read_reserved).
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.read_reserved(&token.list) }
+        let got = unsafe { self.read_reserved(&token.list) };
+        // A select may have been woken for this: pass on, now that nothing is held.
+        self.pass_on_recv();
+        got
     }
 
     /// Reads the reserved message; frees the block when it was the last one in it.
@@ -534,15 +527,12 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ListToken::default();
-        let mut woken = false;
+        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
+        let mut slow = false;
         loop {
             // Fast path, then a spin while a sender is about to deliver.
-            let ready = if self.reserve_recv(token) {
-                if woken {
-                    self.pass_on_recv();
-                }
-                true
-            } else {
+            let ready = self.reserve_recv(token) || {
+                slow = true;
                 self.receivers
                     .poll(
                         || self.reserve_recv(token).then_some(()),
@@ -552,8 +542,11 @@ impl<T> Channel<T> {
             };
             if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
-                return unsafe { self.read_reserved(token) }
-                    .map_err(|()| RecvTimeoutError::Disconnected);
+                let got = unsafe { self.read_reserved(token) };
+                if slow {
+                    self.pass_on_recv();
+                }
+                return got.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
@@ -573,7 +566,6 @@ impl<T> Channel<T> {
                     Selected::Operation(_) | Selected::Waiting => {}
                 }
             });
-            woken = true;
         }
     }
 
@@ -588,7 +580,7 @@ impl<T> Channel<T> {
         self.receivers.unwatch(oper);
     }
 
-    /// After a woken receiver's success: see `SyncWaitList::pass_on`.
+    /// After a polling or woken receiver's success: see `SyncWaitList::pass_on`.
     pub(crate) fn pass_on_recv(&self) {
         self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }

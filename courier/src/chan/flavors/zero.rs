@@ -16,7 +16,7 @@
 use std::ptr;
 use std::time::Instant;
 
-use crate::chan::backoff::{Backoff, Pollers};
+use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::waiter::{Context, Operation, Selected, WaitList};
@@ -85,9 +85,6 @@ struct Inner {
 /// A rendezvous channel.
 pub(crate) struct Channel<T> {
     inner: Mutex<Inner>,
-    /// Which blocked sender / receiver may poll its claim word before parking.
-    senders_poll: Pollers,
-    receivers_poll: Pollers,
     _marker: std::marker::PhantomData<T>,
 }
 
@@ -99,8 +96,6 @@ impl<T> Channel<T> {
                 receivers: WaitList::new(),
                 is_disconnected: false,
             }),
-            senders_poll: Pollers::new(),
-            receivers_poll: Pollers::new(),
             _marker: std::marker::PhantomData,
         }
     }
@@ -245,7 +240,6 @@ impl<T> Channel<T> {
             let observers = inner.receivers.take_observers();
             drop(inner);
             wake(observers);
-            let _polling = self.senders_poll.enter();
             match cx.wait_until(deadline, true) {
                 Selected::Aborted | Selected::Disconnected => {
                     let sel = cx.selected();
@@ -305,7 +299,6 @@ impl<T> Channel<T> {
             let observers = inner.senders.take_observers();
             drop(inner);
             wake(observers);
-            let _polling = self.receivers_poll.enter();
             match cx.wait_until(deadline, true) {
                 Selected::Aborted => {
                     self.lock().receivers.unregister(oper);
