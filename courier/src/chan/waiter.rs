@@ -737,10 +737,12 @@ impl SyncWaitList {
     ///
     /// A peer that makes the side ready while a waiter polls skips the wake-up (`notify`),
     /// counting on the pollers; but a poller takes one message (or slot) at most, and one that
-    /// gives up may have missed the change. So every thread leaving the pollers runs this, and
-    /// so does every woken waiter whose operation then succeeds (the wake-up it got may have
-    /// been passed on, with more owed behind it): whatever a skipped wake-up announced is then
-    /// either taken or announced to a parked waiter.
+    /// gives up may have missed the change. So every thread leaving the pollers runs this (one
+    /// that gave up at once, one that succeeded once its operation is complete: never while it
+    /// holds a reserved slot, which a hand-off could wait on), and so does every woken waiter
+    /// whose operation then succeeds (the wake-up it got may have been passed on, with more
+    /// owed behind it): whatever a skipped wake-up announced is then either taken or announced
+    /// to a parked waiter.
     ///
     /// SYNC POINT: after the poller's SeqCst decrement (`Polling`'s drop). A notifier that
     /// skipped because it counted this poller made its change (SeqCst RMW) before that count
