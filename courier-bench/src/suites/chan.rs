@@ -564,31 +564,37 @@ impl Scenario {
     }
 }
 
-/// Messages per sample: quick, and `--full` (the issue's million).
+/// Messages per sample on bounded(0) and bounded(1): quick, and `--full` (the issue's million).
 const MESSAGES: (usize, usize) = (10_000, 1_000_000);
+/// Messages per sample on the buffered flavors, quick and `--full`. Ten thousand messages take
+/// these flavors 0.2-0.5 ms, which the threads' start-up skew dominates: quick runs had courier
+/// at 0.5x of crossbeam on `spsc_boundedN` and `spsc_unbounded` where a million put it at
+/// 1.0-1.4x (session 6, BENCHMARKS.md "ring and chan").
+const BUFFERED_MESSAGES: (usize, usize) = (100_000, 1_000_000);
 
 /// `courier-bench chan`: every scenario × flavor × subject.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
-    let n = ctx.pick(MESSAGES.0, MESSAGES.1);
+    let blocking_n = ctx.pick(MESSAGES.0, MESSAGES.1);
+    let buffered_n = ctx.pick(BUFFERED_MESSAGES.0, BUFFERED_MESSAGES.1);
     // --full: one sample of a million where a sample can take the slowest peers over 30 s
     // (bounded(0) and bounded(1), where every message may wake a sleeping thread), as the
     // seed's benchmark runs; five where a million takes well under a second (the buffered
     // flavors), whose 10-30% differences one sample on a shared machine cannot settle.
     let blocking_samples = ctx.samples(3, 1);
-    let buffered_samples = ctx.samples(3, 5);
+    let buffered_samples = ctx.samples(9, 5);
     for kind in [
         Kind::Bounded0,
         Kind::Bounded1,
-        Kind::BoundedN(n),
+        Kind::BoundedN(buffered_n),
         Kind::Unbounded,
     ] {
+        let buffered = matches!(kind, Kind::BoundedN(_) | Kind::Unbounded);
+        let (n, samples) = match buffered {
+            true => (buffered_n, buffered_samples),
+            false => (blocking_n, blocking_samples),
+        };
         // Counts divisible by T, so every thread moves the same number of messages.
         let n = n / THREADS * THREADS;
-        let buffered = matches!(kind, Kind::BoundedN(_) | Kind::Unbounded);
-        let samples = match buffered {
-            true => buffered_samples,
-            false => blocking_samples,
-        };
         for scenario in [
             Scenario::Seq,
             Scenario::Spsc,
@@ -611,7 +617,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         }
     }
     ctx.note(format!(
-        "{n} messages per sample, {blocking_samples} sample(s) (buffered flavors: {buffered_samples}) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
+        "{blocking_n} messages per sample on bounded(0) and bounded(1), {buffered_n} on boundedN and unbounded; {blocking_samples} sample(s) (buffered flavors: {buffered_samples}) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");

@@ -131,6 +131,11 @@ impl<T> Block<T> {
     /// The caller must ensure:
     /// - `this` is a block every slot of which below `start` has been read;
     /// - no one will claim a slot of it any more.
+    ///
+    /// Once per block, so out of line: inlined, it made `read_reserved` too large to inline and
+    /// its prologue save six registers per message.
+    #[cold]
+    #[inline(never)]
     unsafe fn destroy(this: *mut Block<T>, start: usize) {
         // The last slot is never marked: its reader is the one that starts destruction.
         for i in start..BLOCK_CAP - 1 {
@@ -472,6 +477,7 @@ impl<T> Channel<T> {
     /// The caller must ensure:
     /// - `token` was filled by a `reserve_recv` of this channel that returned `true`;
     /// - it is read once.
+    #[inline]
     unsafe fn read_reserved(&self, token: &ListToken) -> Result<T, ()> {
         if token.block.is_null() {
             return Err(());
