@@ -391,7 +391,7 @@ impl<'a> Select<'a> {
         }
         let mut token = Token::default();
         loop {
-            // 1. Is anything ready now?
+            // 1. Is anything ready now? (`token.waited` from the second round on.)
             for h in &self.handles {
                 if h.handle.try_select(&mut token) {
                     return Some(SelectedOperation::new(token, h.index, h.endpoint));
@@ -440,6 +440,7 @@ impl<'a> Select<'a> {
                 }
                 None
             });
+            token.waited = true;
             if let Some((index, endpoint)) = chosen {
                 return Some(SelectedOperation::new(token, index, endpoint));
             }

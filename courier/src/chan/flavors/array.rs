@@ -317,8 +317,10 @@ impl<T> Channel<T> {
     pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
         // SAFETY: forwarded from the caller.
         let sent = unsafe { self.write_reserved(&token.array, msg) };
-        // A select may have been woken for this: pass on, now that nothing is held.
-        self.pass_on_send();
+        // A select woken for this passes on, now that nothing is held.
+        if token.waited {
+            self.pass_on_send();
+        }
         sent
     }
 
@@ -331,8 +333,10 @@ impl<T> Channel<T> {
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
         // SAFETY: forwarded from the caller.
         let got = unsafe { self.read_reserved(&token.array) };
-        // A select may have been woken for this: pass on, now that nothing is held.
-        self.pass_on_recv();
+        // A select woken for this passes on, now that nothing is held.
+        if token.waited {
+            self.pass_on_recv();
+        }
         got
     }
 

@@ -23,4 +23,9 @@ pub(crate) struct Token {
     pub(crate) array: array::ArrayToken,
     pub(crate) list: list::ListToken,
     pub(crate) zero: zero::ZeroToken,
+    /// The select that reserved this waited for it first (it was woken, and the wake-up may
+    /// have been passed on with more owed behind it), so completing the operation passes on
+    /// (`SyncWaitList::pass_on`). A select that found its operation ready at once owes nothing,
+    /// like a channel's own fast path.
+    pub(crate) waited: bool,
 }
