@@ -310,6 +310,59 @@ fn select_picks_the_ready_receiver() {
 }
 
 #[test]
+fn select_over_a_oneshot_and_a_channel() {
+    // Ready at once: the oneshot's message wins over an empty channel.
+    let (_jobs_tx, jobs) = chan::unbounded::<u32>();
+    let (reply_tx, reply) = chan::oneshot::<&str>();
+    reply_tx.send("done").unwrap();
+    let mut sel = Select::new();
+    let j = sel.recv(&jobs);
+    let r = sel.recv(&reply);
+    let op = sel.select();
+    assert_eq!(op.index(), r);
+    assert_eq!(op.recv(&reply), Ok("done"));
+    // Taken: the oneshot stays ready, with an error (as `recv` would give).
+    let op = sel.select_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(op.index(), r);
+    assert_eq!(op.recv(&reply), Err(RecvError));
+    let _ = j;
+
+    // Blocking: woken by a send from another thread, and by the sender's drop.
+    for send in [true, false] {
+        let (tx, rx) = chan::oneshot::<u32>();
+        let (_keep, idle) = chan::bounded::<u32>(0);
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            if send {
+                tx.send(7).unwrap();
+            }
+        });
+        let mut sel = Select::new();
+        sel.recv(&idle);
+        let i = sel.recv(&rx);
+        let op = sel.select_timeout(Duration::from_secs(20)).expect("woken");
+        assert_eq!(op.index(), i);
+        let expect = if send { Ok(7) } else { Err(RecvError) };
+        assert_eq!(op.recv(&rx), expect);
+        t.join().unwrap();
+    }
+
+    // `ready` watches a oneshot too, and `select!` takes one.
+    let (tx, rx) = chan::oneshot::<u32>();
+    let mut sel = Select::new();
+    let i = sel.recv(&rx);
+    assert!(sel.try_ready().is_err());
+    let t = thread::spawn(move || tx.send(3).unwrap());
+    assert_eq!(sel.ready_timeout(Duration::from_secs(20)), Ok(i));
+    t.join().unwrap();
+    let got = courier::select! {
+        recv(rx) -> msg => msg,
+        default(Duration::from_secs(5)) => Err(RecvError),
+    };
+    assert_eq!(got, Ok(3));
+}
+
+#[test]
 fn select_blocks_until_a_peer_arrives() {
     for kind in ["bounded(0)", "bounded(1)", "unbounded"] {
         let make = || match kind {

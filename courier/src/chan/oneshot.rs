@@ -187,6 +187,18 @@ impl<T> Receiver<T> {
     pub fn is_ready(&self) -> bool {
         self.inner.state.load(Ordering::Acquire) == FULL
     }
+
+    /// Has the state left EMPTY for good (the message is there, was taken, or will never come)?
+    /// Then a receive returns at once. SeqCst: the re-check after a `Select` registers (see
+    /// `SyncWaitList::register`).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.inner.state.load(Ordering::SeqCst) != EMPTY
+    }
+
+    /// The wait list a `Select` registers on.
+    pub(crate) fn waiters(&self) -> &SyncWaitList {
+        &self.inner.receiver
+    }
 }
 
 impl<T> Drop for Receiver<T> {

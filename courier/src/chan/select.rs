@@ -17,6 +17,7 @@ use super::err::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
 use super::flavors::Token;
+use super::oneshot;
 use super::waiter::{Context, Operation, Selected};
 use super::{deadline_after, Flavor, Receiver, Sender};
 
@@ -157,6 +158,105 @@ impl<T> SelectHandle for Receiver<T> {
     }
 }
 
+/// A oneshot receiver is ready once its state has left EMPTY, which it never returns to; the
+/// receive itself is a `try_recv` (nothing to reserve: the one message stays in its slot).
+impl<T> SelectHandle for oneshot::Receiver<T> {
+    fn try_select(&self, _: &mut Token) -> bool {
+        self.is_settled()
+    }
+
+    fn register(&self, oper: Operation, cx: &Context) -> bool {
+        self.waiters().register(oper, cx);
+        self.is_settled()
+    }
+
+    fn unregister(&self, oper: Operation) {
+        self.waiters().unregister(oper);
+    }
+
+    fn accept(&self, _: &mut Token, _: &Context) -> bool {
+        self.is_settled()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.is_settled()
+    }
+
+    fn watch(&self, oper: Operation, cx: &Context) -> bool {
+        self.waiters().watch(oper, cx);
+        self.is_settled()
+    }
+
+    fn unwatch(&self, oper: Operation) {
+        self.waiters().unwatch(oper);
+    }
+}
+
+/// A receiving end that [`Select::recv`] (and [`select!`](crate::select)) can wait on: a
+/// channel's [`Receiver`], or a [`oneshot::Receiver`]. Sealed: implemented in this crate only.
+///
+/// ```
+/// use courier::chan::{self, Select};
+///
+/// let (_jobs_tx, jobs) = chan::unbounded::<u32>();
+/// let (stop_tx, stop) = chan::oneshot::<()>();
+/// stop_tx.send(()).unwrap();
+///
+/// let mut sel = Select::new();
+/// let job = sel.recv(&jobs);
+/// let halt = sel.recv(&stop);
+/// let op = sel.select();
+/// assert_eq!(op.index(), halt);
+/// assert_eq!(op.recv(&stop), Ok(()));
+/// # let _ = job;
+/// ```
+pub trait SelectRecv: sealed::Sealed {
+    /// What a receive on this end yields.
+    type Msg;
+
+    /// Adds a receive on this end to `sel`.
+    #[doc(hidden)]
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize;
+
+    /// Completes `op`, which a select chose for this end.
+    #[doc(hidden)]
+    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<Self::Msg, RecvError>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T> Sealed for super::Receiver<T> {}
+    impl<T> Sealed for super::oneshot::Receiver<T> {}
+}
+
+impl<T> SelectRecv for Receiver<T> {
+    type Msg = T;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        sel.push(self, self as *const Self as *const u8)
+    }
+
+    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.check_endpoint(self as *const Self as *const u8, "receiver");
+        // SAFETY: the token holds the reservation made on this receiver's channel (checked
+        // above).
+        unsafe { self.read(&mut op.token) }.map_err(|()| RecvError)
+    }
+}
+
+impl<T> SelectRecv for oneshot::Receiver<T> {
+    type Msg = T;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        sel.push(self, self as *const Self as *const u8)
+    }
+
+    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.check_endpoint(self as *const Self as *const u8, "receiver");
+        self.try_recv().map_err(|_| RecvError)
+    }
+}
+
 /// One registered operation: the handle, the index `Select` returned for it, and the address
 /// of the endpoint (to check that the caller completes the right one).
 struct Handle<'a> {
@@ -219,9 +319,10 @@ impl<'a> Select<'a> {
         self.push(tx, tx as *const Sender<T> as *const u8)
     }
 
-    /// Adds a receive on `rx`; returns the operation's index.
-    pub fn recv<T>(&mut self, rx: &'a Receiver<T>) -> usize {
-        self.push(rx, rx as *const Receiver<T> as *const u8)
+    /// Adds a receive on `rx` (a channel's [`Receiver`] or a [`oneshot::Receiver`]); returns
+    /// the operation's index.
+    pub fn recv<R: SelectRecv>(&mut self, rx: &'a R) -> usize {
+        rx.add_to(self)
     }
 
     fn push(&mut self, handle: &'a dyn SelectHandle, endpoint: *const u8) -> usize {
@@ -509,10 +610,7 @@ impl<'a> SelectedOperation<'a> {
 
     /// Completes the selected send. Panics if `tx` is not the sender that was selected.
     pub fn send<T>(mut self, tx: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
-        assert!(
-            std::ptr::eq(tx as *const Sender<T> as *const u8, self.endpoint),
-            "completed a selected operation on the wrong sender"
-        );
+        self.check_endpoint(tx as *const Sender<T> as *const u8, "sender");
         // SAFETY: the token holds the reservation made on `tx`'s channel (checked above).
         let res = unsafe { tx.write(&mut self.token, msg) };
         self.complete();
@@ -520,15 +618,19 @@ impl<'a> SelectedOperation<'a> {
     }
 
     /// Completes the selected receive. Panics if `rx` is not the receiver that was selected.
-    pub fn recv<T>(mut self, rx: &Receiver<T>) -> Result<T, RecvError> {
-        assert!(
-            std::ptr::eq(rx as *const Receiver<T> as *const u8, self.endpoint),
-            "completed a selected operation on the wrong receiver"
-        );
-        // SAFETY: the token holds the reservation made on `rx`'s channel (checked above).
-        let res = unsafe { rx.read(&mut self.token) };
+    pub fn recv<R: SelectRecv>(mut self, rx: &R) -> Result<R::Msg, RecvError> {
+        let res = rx.take_selected(&mut self);
         self.complete();
-        res.map_err(|()| RecvError)
+        res
+    }
+
+    /// Panics unless `endpoint` is the end this operation was selected on (before anything
+    /// trusts the token).
+    fn check_endpoint(&self, endpoint: *const u8, what: &str) {
+        assert!(
+            std::ptr::eq(endpoint, self.endpoint),
+            "completed a selected operation on the wrong {what}"
+        );
     }
 
     fn complete(self) {
