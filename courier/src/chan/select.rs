@@ -13,6 +13,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
+
 use super::err::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
@@ -283,7 +285,9 @@ struct Handle<'a> {
 /// # let _ = (i1, tx1);
 /// ```
 pub struct Select<'a> {
-    handles: Vec<Handle<'a>>,
+    /// Inline up to four: a select is usually built, run once and dropped, and a heap `Vec`
+    /// cost it a `malloc` and a `free` each time (crossbeam pays them too).
+    handles: SmallVec<[Handle<'a>; 4]>,
     next_index: usize,
 }
 
@@ -309,7 +313,7 @@ impl<'a> Select<'a> {
     /// An empty select.
     pub fn new() -> Select<'a> {
         Select {
-            handles: Vec::with_capacity(4),
+            handles: SmallVec::new(),
             next_index: 0,
         }
     }
