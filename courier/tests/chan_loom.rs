@@ -147,6 +147,25 @@ fn unbounded_two_receivers_split_messages() {
     });
 }
 
+/// Two senders fill one (loom-sized, two-slot) block and two receivers empty it: the reader of
+/// the last slot retires the block, possibly while the other slot's sender has claimed it but
+/// not written it yet; senders mark a slot written with a plain store (see `flavors::list`),
+/// so the destroyer must wait for that store before it marks the slot.
+#[test]
+fn unbounded_block_retires_behind_a_slow_sender() {
+    model(|| {
+        let (tx, rx) = chan::unbounded::<u32>();
+        let (tx2, rx2) = (tx.clone(), rx.clone());
+        let sender = thread::spawn(move || tx2.send(2).unwrap());
+        let receiver = thread::spawn(move || rx2.recv().unwrap());
+        tx.send(1).unwrap();
+        let mine = rx.recv().unwrap();
+        let theirs = receiver.join().unwrap();
+        sender.join().unwrap();
+        assert_eq!(mine + theirs, 3);
+    });
+}
+
 /// Two receivers, two messages, and the sender stays connected until both receivers have one
 /// (so a disconnect cannot paper over a lost wake-up): a receiver that parks must be woken for
 /// a message even when the other one was polling as it arrived.
