@@ -384,7 +384,11 @@ fn concurrent_large_senders_never_interleave() {
                     let got = rx.recv().unwrap();
                     let id = ((got.len() - 400_000) / 1000) as u8;
                     let round = (0..3u8).find(|r| got == pattern(got.len(), id ^ r));
-                    assert!(round.is_some(), "message from sender {id} was corrupted");
+                    assert!(
+                        round.is_some(),
+                        "message from sender {id} was corrupted ({large:?}, len {})",
+                        got.len()
+                    );
                 }
                 for s in senders {
                     s.join().unwrap();

@@ -16,8 +16,9 @@
 //!
 //! * `body` says where the payload travels: [`Body::Inline`] (all of it in
 //!   this packet), [`Body::Fragmented`] (the rest follows on a dedicated
-//!   socket, the last descriptor), or [`Body::SharedMemory`] (all of it in a
-//!   sealed memfd region, the last descriptor).
+//!   socket, the last descriptor), [`Body::SharedMemory`] (all of it in a
+//!   sealed memfd region, the last descriptor), or [`Body::Kept`] (all of it
+//!   in a region the receiver already holds, named by `tag`; no descriptors).
 //! * `nfds` is the number of descriptors the message carries and `kinds`
 //!   says what each one is, so the receiver never guesses by `fstat` or by
 //!   position (as ipc-channel does).
@@ -125,6 +126,17 @@ pub(crate) enum Body {
     Fragmented = 1,
     /// The payload lies in a sealed memfd region, the last descriptor.
     SharedMemory = 2,
+    /// The payload lies in a region the receiver holds from an earlier
+    /// [`Body::SharedMemory`] message, named by the header's tag (the tag of
+    /// that message). The message carries no descriptors at all.
+    Kept = 3,
+}
+
+impl Body {
+    /// Whether the message's last descriptor carries (part of) the payload.
+    pub fn has_carrier(self) -> bool {
+        matches!(self, Body::Fragmented | Body::SharedMemory)
+    }
 }
 
 /// What a descriptor attached to a message is.
@@ -161,12 +173,13 @@ pub(crate) struct Header {
 
 impl Header {
     /// A header for a message of `total` payload bytes with `channels` channel
-    /// descriptors, plus one carrier descriptor unless the body is inline.
+    /// descriptors, plus one carrier descriptor if the body has one.
     pub fn new(body: Body, total: usize, channels: usize, tag: u64) -> Self {
-        debug_assert!(channels + usize::from(body != Body::Inline) <= MAX_FDS);
+        debug_assert!(channels + usize::from(body.has_carrier()) <= MAX_FDS);
+        debug_assert!(body != Body::Kept || channels == 0);
         let mut nfds = channels;
         let mut kinds = 0u128; // Channel is 0: only the carrier needs bits.
-        if body != Body::Inline {
+        if body.has_carrier() {
             kinds |= (FdKind::Carrier as u128) << (2 * nfds);
             nfds += 1;
         }
@@ -191,7 +204,7 @@ impl Header {
     /// Number of channel descriptors (the carrier excluded).
     #[cfg(test)]
     pub fn channels(&self) -> usize {
-        self.nfds - usize::from(self.body != Body::Inline)
+        self.nfds - usize::from(self.body.has_carrier())
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -238,6 +251,7 @@ impl Header {
             0 => Body::Inline,
             1 => Body::Fragmented,
             2 => Body::SharedMemory,
+            3 => Body::Kept,
             _ => return Err(WireError::BadHeader("unknown body")),
         };
         let nfds = usize::from(bytes[5]);
@@ -260,15 +274,18 @@ impl Header {
         for i in 0..nfds {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
             let is_last = i + 1 == nfds;
-            let carrier_expected = is_last && body != Body::Inline;
+            let carrier_expected = is_last && body.has_carrier();
             if (kind == FdKind::Carrier) != carrier_expected {
                 return Err(WireError::BadHeader(
                     "carrier descriptor misplaced or missing",
                 ));
             }
         }
-        if body != Body::Inline && nfds == 0 {
+        if body.has_carrier() && nfds == 0 {
             return Err(WireError::BadHeader("carrier descriptor missing"));
+        }
+        if body == Body::Kept && nfds != 0 {
+            return Err(WireError::BadHeader("descriptors with a kept region"));
         }
         Ok(header)
     }
@@ -292,6 +309,7 @@ mod tests {
             (Body::Inline, 5),
             (Body::Fragmented, 3),
             (Body::SharedMemory, 63),
+            (Body::Kept, 0),
         ] {
             let h = Header::new(body, 12345, channels, 0xfeed_beef);
             let d = Header::decode(&h.encode()).unwrap();
@@ -300,7 +318,7 @@ mod tests {
             for i in 0..channels {
                 assert_eq!(d.kind(i), FdKind::Channel);
             }
-            if body != Body::Inline {
+            if body.has_carrier() {
                 assert_eq!(d.kind(channels), FdKind::Carrier);
             }
         }
@@ -340,6 +358,10 @@ mod tests {
         // A non-inline body with no descriptor at all.
         let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[4] = Body::SharedMemory as u8;
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        // A kept region with descriptors.
+        let mut bad = Header::new(Body::Inline, 0, 1, 0).encode();
+        bad[4] = Body::Kept as u8;
         assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // Too many descriptors announced.
         let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();

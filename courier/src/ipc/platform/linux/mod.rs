@@ -63,7 +63,7 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
-use self::shm::{MapCache, Pool};
+use self::shm::{KeptRegion, MapCache, Pool, Route, Take};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
@@ -298,7 +298,16 @@ impl OsSender {
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
+        let regions = Config::large_messages_now() == LargeMessages::SharedMemory;
         if total <= inline_max && parts.len() < IOV_MAX {
+            // Past the stack packet, a region the receiver holds beats the
+            // kernel's copy (two `memcpy`s and a header-sized packet): use
+            // one if there is one, but pass no descriptor for these sizes.
+            if regions && total > SMALL && channels.is_empty() {
+                if let Some(sent) = self.send_region(parts, total, channels, Take::Kept) {
+                    return sent;
+                }
+            }
             match self.send_inline(parts, total, channels) {
                 Err(Inline::DataNoBufs) => {}
                 Err(Inline::Data(e) | Inline::Fds(e)) => return Err(e.into()),
@@ -308,8 +317,10 @@ impl OsSender {
             // nothing): fragment, in smaller packets.
             return self.send_fragmented(parts, total, channels, inline_max / 2);
         }
-        if Config::large_messages_now() == LargeMessages::SharedMemory {
-            return self.send_shm(parts, total, channels);
+        if regions {
+            if let Some(sent) = self.send_region(parts, total, channels, Take::Any) {
+                return sent;
+            }
         }
         self.send_fragmented(parts, total, channels, socket::max_packet())
     }
@@ -379,20 +390,43 @@ impl OsSender {
         socket::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
     }
 
-    fn send_shm(
+    /// Sends the payload in a region of the pool, one that `take` allows:
+    /// named, if the receiver holds it and there are no channels, else by
+    /// its descriptor. `None` if `take` allowed no region.
+    fn send_region(
         &self,
         parts: &[IoSlice<'_>],
         total: usize,
         channels: &[BorrowedFd<'_>],
-    ) -> Result<(), SendError> {
+        take: Take,
+    ) -> Option<Result<(), SendError>> {
         let pool = &self.inner.pool;
-        let region = pool.take_filled(parts)?;
-        let tag = random_tag();
-        let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
-        let sent = socket::send(self.fd(), &[IoSlice::new(&header)], &[])
-            .and_then(|_| self.send_fds(channels, Some(region.fd()), tag));
+        let (mut region, route) = match pool.take_filled(parts, total, take) {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let sent = match route {
+            Route::Kept(token) if channels.is_empty() => {
+                let header = Header::new(Body::Kept, total, 0, token).encode();
+                let sent = socket::send_small(self.fd(), &header, &[], 0);
+                if sent.is_err() {
+                    region.unclaim();
+                }
+                sent.map(drop)
+            }
+            // Held, but channels need a descriptor packet anyway: sending
+            // the region's descriptor too makes this tag its new token.
+            Route::Kept(_) | Route::Descriptor => {
+                let tag = random_tag();
+                region.set_token(tag);
+                let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
+                socket::send(self.fd(), &[IoSlice::new(&header)], &[])
+                    .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
+            }
+        };
         pool.put(region);
-        Ok(sent?)
+        Some(sent.map_err(SendError::from))
     }
 
     fn send_fragmented(
@@ -489,8 +523,12 @@ fn next_bytes<'a>(src: &IoIter<'a>, max: usize, iov: &mut Vec<IoSlice<'a>>) -> u
 pub(crate) struct OsReceiver {
     fd: OwnedFd,
     /// Payload length of the last message: how large the next is expected
-    /// to be, which picks the read path and sizes the buffer.
+    /// to be, which sizes the buffer.
     guess: Cell<usize>,
+    /// Payload bytes the last message's data packet carried: how large the
+    /// next packet is expected to be, which picks the read path (a region's
+    /// message is a bare header, however large its payload).
+    packet_guess: Cell<usize>,
     state: RefCell<RecvState>,
 }
 
@@ -545,12 +583,22 @@ const MAX_SPLIT_HEAD: usize = 4096;
 /// receiver, so that moving a receiver mid-stream loses nothing. Messages
 /// still waiting for their descriptor packet keep waiting at the new owner
 /// (the packet arrives on the socket, which moved too); completed ones carry
-/// their descriptors along.
+/// their descriptors along, and so do the regions that messages still on
+/// the socket may name (`shm`'s kept regions).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Backlog {
     waiting: Vec<Parked>,
     ready: Vec<Parked>,
     refused: Vec<u64>,
+    regions: Vec<ParkedRegion>,
+}
+
+/// A held region of a [`Backlog`] (see [`KeptRegion`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct ParkedRegion {
+    token: u64,
+    len: u64,
+    fd: Descriptor,
 }
 
 /// One message of a [`Backlog`], its header in wire form.
@@ -627,6 +675,7 @@ impl OsReceiver {
         OsReceiver {
             fd,
             guess: Cell::new(0),
+            packet_guess: Cell::new(0),
             state: RefCell::new(RecvState::default()),
         }
     }
@@ -639,7 +688,12 @@ impl OsReceiver {
     /// them along with this receiver; `None` in the usual case of none.
     pub(crate) fn take_backlog(&self) -> Option<Backlog> {
         let mut state = self.state.borrow_mut();
-        if state.waiting.is_empty() && state.ready.is_empty() && state.refused.is_empty() {
+        let regions = state.regions.take_kept();
+        if state.waiting.is_empty()
+            && state.ready.is_empty()
+            && state.refused.is_empty()
+            && regions.is_empty()
+        {
             return None;
         }
         let mut waiting = std::mem::take(&mut state.waiting);
@@ -655,6 +709,14 @@ impl OsReceiver {
                 .map(|m| Parked::new(m.header, m.data, m.fds))
                 .collect(),
             refused: state.refused.drain(..).collect(),
+            regions: regions
+                .into_iter()
+                .map(|r| ParkedRegion {
+                    token: r.token,
+                    len: r.len,
+                    fd: Descriptor(r.fd),
+                })
+                .collect(),
         })
     }
 
@@ -698,9 +760,18 @@ impl OsReceiver {
             });
         }
         state.refused.extend(backlog.refused);
+        for r in backlog.regions {
+            let region = KeptRegion {
+                token: r.token,
+                len: r.len,
+                fd: r.fd.0,
+            };
+            state.regions.hold(region, limit)?;
+        }
         Ok(OsReceiver {
             fd,
             guess: Cell::new(0),
+            packet_guess: Cell::new(0),
             state: RefCell::new(state),
         })
     }
@@ -769,8 +840,13 @@ impl OsReceiver {
                 }
                 Err(RecvError::Wire(WireError::TooLarge { claimed, limit }, Some(header))) => {
                     state.refuse(header);
-                    if header.body != Body::Inline {
-                        self.drop_refused(&mut state, header.tag, limit);
+                    match header.body {
+                        Body::Fragmented | Body::SharedMemory => {
+                            self.drop_refused(&mut state, header.tag, limit)
+                        }
+                        // Unpin the region for its sender.
+                        Body::Kept => state.regions.skip_kept(header.tag),
+                        Body::Inline => {}
                     }
                     return Err(WireError::TooLarge { claimed, limit }.into());
                 }
@@ -779,9 +855,14 @@ impl OsReceiver {
             match read {
                 Read::Data(header, split_off) if header.nfds == 0 => {
                     // The steady state: no descriptors, so the payload is inline
-                    // (`Header::decode` wants a carrier for any other body).
+                    // or in a region we hold (`Header::decode` wants a carrier
+                    // for any other body).
+                    if header.body == Body::Kept {
+                        return self.finish(&mut state, header, dst, Vec::new(), split);
+                    }
                     debug_assert_eq!(header.body, Body::Inline);
                     self.guess.set(header.total as usize);
+                    self.packet_guess.set(header.total as usize);
                     return Ok((Vec::new(), split_off));
                 }
                 Read::Data(header, _) => {
@@ -851,6 +932,7 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
+        let mut in_packet = total;
         match header.body {
             Body::Inline => {}
             Body::Fragmented => {
@@ -863,11 +945,19 @@ impl OsReceiver {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 // Split only a message without channels (see `ipc::split`).
                 let split = split.filter(|_| fds.is_empty());
-                split_off = state.regions.copy_out(&carrier, total, dst, split)?;
+                split_off = state
+                    .regions
+                    .copy_out(carrier, header.tag, total, dst, split)?;
+                in_packet = 0;
+            }
+            Body::Kept => {
+                split_off = state.regions.copy_kept(header.tag, total, dst, split)?;
+                in_packet = 0;
             }
         }
         debug_assert!((0..fds.len()).all(|i| header.kind(i) == FdKind::Channel));
         self.guess.set(total);
+        self.packet_guess.set(in_packet);
         Ok((fds, split_off))
     }
 
@@ -889,7 +979,7 @@ impl OsReceiver {
             if scratch.capacity() < room {
                 *scratch = Vec::with_capacity(room);
             }
-            if !control && self.guess.get() <= SCATTER_MIN {
+            if !control && self.packet_guess.get() <= SCATTER_MIN {
                 self.read_small(state, scratch.spare_capacity_mut(), dst, limit, dontwait)
             } else if let Some(split) = split.filter(|s| {
                 // A string that cannot fit one packet comes by region or
@@ -1115,7 +1205,7 @@ fn check(header: Header, inline: usize, limit: u64) -> Result<Header, RecvError>
     let consistent = match header.body {
         Body::Inline => header.total == inline as u64,
         Body::Fragmented => header.total >= inline as u64,
-        Body::SharedMemory => inline == 0,
+        Body::SharedMemory | Body::Kept => inline == 0,
     };
     match consistent {
         true => Ok(header),

@@ -12,34 +12,61 @@
 //!
 //! * the sender keeps a small pool of regions ([`Pool`]); a region is free
 //!   again once the receiver has copied the payload out and cleared the
-//!   region's state word;
+//!   region's busy bit;
 //! * the receiver keeps the mappings of the last few regions it saw
-//!   ([`MapCache`]), keyed by inode, so a reused region is neither mapped nor
-//!   faulted in again.
+//!   ([`MapCache`]), so a reused region is neither mapped nor faulted in
+//!   again, and says so in the region (the held state and the mapped
+//!   length).
+//!
+//! # Kept regions: payloads without a descriptor
+//! Passing the region's descriptor costs a second packet with `SCM_RIGHTS`,
+//! an `fstat` and a `close`: ~2.5 µs here, more than the kernel's copy of a
+//! 64 KiB packet. So once a receiver holds a region, the sender names it
+//! instead: a data packet of [`Body::Kept`](crate::ipc::wire::Body::Kept)
+//! whose tag is the region's **token**, the random tag of the message that
+//! last carried its descriptor. Only the receiver saw that tag, so no other
+//! sender to the same receiver can name a region that is not its own. A
+//! message then costs one header-sized packet and two `memcpy`s, no kernel
+//! copy of the payload at all, and that beats the socket from 8 KiB up
+//! (`courier-bench --example framing`, the `kept` column).
 //!
 //! ```text
 //!  region (memfd, sealed: F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-//!  +----------------+-------------------------------------------------+
-//!  | state: u32     | payload (the message's `total` bytes)           |
-//!  | 0 free, 1 busy |                                                 |
-//!  +----------------+-------------------------------------------------+
-//!  0                REGION_HEADER (64)                          st_size
+//!  +------------+-------+-------------+------------------------------------+
+//!  | state: u32 |       | mapped: u64 | payload (the message's `total`)    |
+//!  +------------+-------+-------------+------------------------------------+
+//!  0                    8             REGION_HEADER (64)           st_size
+//!
+//!  state: BUSY (bit 0) a payload is in flight (set by the sender)
+//!         HELD (bit 1) the receiver maps `mapped` bytes of the region and
+//!                      knows its token (set and cleared by the receiver)
 //! ```
+//!
+//! The sender sends a kept message only after turning `HELD` into
+//! `HELD | BUSY` with a compare-and-swap, and the receiver lets go of a
+//! region (unmaps it) only after turning `HELD` into free the same way, so a
+//! region named by a message in flight is never unmapped before the message
+//! is read. A receiver that moves to another process takes the regions it
+//! cannot let go of along, descriptors and all (`take_kept`).
 //!
 //! # Trust
 //! The receiver never trusts the sender's region: it checks the seals (so the
 //! region cannot shrink under the mapping, which would raise `SIGBUS`) and the
-//! size against the header's `total` before mapping. A sender that keeps
-//! writing into a region it sent can only corrupt the bytes of its own
-//! message, which the receiver copies out once and then validates like any
-//! other payload. A receiver that clears the state word early can only make
-//! the sender overwrite the bytes it is still copying.
+//! size against the header's `total` before mapping, and a kept message's
+//! `total` against the length it mapped itself, never the `mapped` word. A
+//! sender that keeps writing into a region it sent can only corrupt the bytes
+//! of its own message, which the receiver copies out once and then validates
+//! like any other payload; one that sets `BUSY` and sends nothing can only
+//! keep its own region mapped (a receiver holds at most [`CACHED_MAPPINGS`];
+//! past that, regions are copied out and let go). A receiver that clears the
+//! state word early can only make the sender overwrite the bytes it is still
+//! copying.
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rustix::fs::{self, MemfdFlags, SealFlags};
@@ -50,11 +77,17 @@ use crate::ipc::err::WireError;
 
 use super::Split;
 
-/// Bytes before the payload: the state word, padded to a cache line.
+/// Bytes before the payload: the state word and the mapped length, padded
+/// to a cache line.
 pub(crate) const REGION_HEADER: usize = 64;
 
+/// No payload in flight, and the receiver holds no mapping it may read
+/// without being sent the descriptor again.
 const FREE: u32 = 0;
+/// A payload is in flight.
 const BUSY: u32 = 1;
+/// The receiver holds a mapping and knows the region's token.
+const HELD: u32 = 2;
 
 /// Regions a sender's pool keeps for reuse.
 const POOL_REGIONS: usize = 2;
@@ -64,6 +97,11 @@ const CACHED_MAPPINGS: usize = 4;
 const PAGE: usize = 4096;
 /// Smallest region created, so that a range of sizes shares one region.
 const MIN_REGION: usize = 256 * 1024;
+/// A receiver maps a region whole if it is at most this large, so later,
+/// larger messages fit the mapping it keeps; a larger region is mapped only
+/// as far as the message needs (a sealed sparse file of terabytes would map
+/// fine and eat the address space).
+const MAP_WHOLE: usize = 64 << 20;
 
 /// A shared mapping of a whole memfd, unmapped on drop.
 struct Mapping {
@@ -73,7 +111,7 @@ struct Mapping {
 
 // SAFETY: a `Mapping` is an address range owned by this value alone; the
 // memory is shared with other processes, and every access to it goes through
-// raw copies or the `AtomicU32` state word, never through Rust references to
+// raw copies or the atomic header words, never through Rust references to
 // the payload.
 unsafe impl Send for Mapping {}
 
@@ -104,9 +142,29 @@ impl Mapping {
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().cast::<u32>()) }
     }
 
+    /// How many bytes of the region the receiver maps (written by it,
+    /// advice for the sender only).
+    fn mapped(&self) -> &AtomicU64 {
+        // SAFETY: as for `state`: bytes 8..16 of the header, aligned for
+        // `u64`, only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(8).cast::<u64>()) }
+    }
+
     fn payload(&self) -> *mut u8 {
         // SAFETY: `REGION_HEADER < len`, so the offset stays in the mapping.
         unsafe { self.ptr.as_ptr().add(REGION_HEADER) }
+    }
+
+    /// Lets go of the region, if no message naming it can be in flight:
+    /// `HELD` (or any state without `BUSY`) becomes `FREE`, so its sender
+    /// sends the descriptor again next time.
+    fn release(&self) -> bool {
+        let state = self.state().load(Ordering::Relaxed);
+        state & BUSY == 0
+            && self
+                .state()
+                .compare_exchange(state, FREE, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 
@@ -122,6 +180,18 @@ impl Drop for Mapping {
 pub(crate) struct Region {
     fd: OwnedFd,
     map: Mapping,
+    /// The tag of the message that last carried the descriptor: the name
+    /// the receiver knows the region by while it holds it.
+    token: u64,
+}
+
+/// How a filled region reaches the receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The receiver holds the region: name it by its token.
+    Kept(u64),
+    /// Send the descriptor (and make the message's tag the new token).
+    Descriptor,
 }
 
 impl Region {
@@ -137,7 +207,9 @@ impl Region {
         fs::ftruncate(&fd, len as u64)?;
         fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         let map = Mapping::map(fd.as_fd(), len)?;
-        Ok(Region { fd, map })
+        // Claimed from the start (sent by descriptor).
+        map.state().store(BUSY, Ordering::Relaxed);
+        Ok(Region { fd, map, token: 0 })
     }
 
     fn capacity(&self) -> usize {
@@ -148,8 +220,56 @@ impl Region {
         self.fd.as_fd()
     }
 
-    /// Copies `parts` (`total` bytes in all) into the payload area and marks
-    /// the region busy.
+    /// Records the tag of the message that carries the descriptor.
+    pub(crate) fn set_token(&mut self, token: u64) {
+        self.token = token;
+    }
+
+    /// Claims the region for a payload of `total` bytes: by its token if the
+    /// receiver holds a mapping that covers it, else (if `take` allows) by
+    /// descriptor, if no payload is in flight.
+    fn claim(&self, total: usize, take: Take) -> Option<Route> {
+        if self.capacity() < total {
+            return None;
+        }
+        let state = self.map.state();
+        // SYNC POINT: receiver's `Release` store in `MapCache::copy_from_last`
+        // (or of `FREE`); after it, the receiver no longer reads the payload
+        // we overwrite.
+        let now = state.load(Ordering::Acquire);
+        let covered = self.map.mapped().load(Ordering::Relaxed) >= (REGION_HEADER + total) as u64;
+        if now == HELD
+            && covered
+            && state
+                .compare_exchange(HELD, HELD | BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(Route::Kept(self.token));
+        }
+        if take == Take::Kept {
+            return None;
+        }
+        // The receiver may let go meanwhile (`HELD` -> `FREE`): read again.
+        let now = state.load(Ordering::Acquire);
+        let claimed = now & BUSY == 0
+            && state
+                .compare_exchange(now, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+        claimed.then_some(Route::Descriptor)
+    }
+
+    /// A kept message naming the region could not be sent: no payload is in
+    /// flight after all.
+    pub(crate) fn unclaim(&self) {
+        let _ = self.map.state().compare_exchange(
+            HELD | BUSY,
+            HELD,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Copies `parts` (`total` bytes in all) into the payload area.
     fn fill(&mut self, parts: &[IoSlice<'_>], total: usize) {
         assert!(total <= self.capacity(), "region too small for its payload");
         let mut at = 0;
@@ -163,7 +283,6 @@ impl Region {
             };
             at += part.len();
         }
-        self.map.state().store(BUSY, Ordering::Relaxed);
     }
 }
 
@@ -179,26 +298,42 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// Which regions [`Pool::take_filled`] may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// Any free region, or a new one.
+    Any,
+    /// Only a region the receiver holds, or a first region for an empty
+    /// pool (so the next message finds one held): for payloads the socket
+    /// carries well, which would lose by passing a descriptor every time.
+    Kept,
+}
+
 impl Pool {
-    /// A region holding a copy of `parts`, ready to send. Give it back with
+    /// A region holding a copy of `parts` (`total` bytes), ready to send by
+    /// the route returned; `None` if `take` allows none. Give it back with
     /// [`Pool::put`] once it has been sent.
-    pub(crate) fn take_filled(&self, parts: &[IoSlice<'_>]) -> Result<Region, Errno> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
+    pub(crate) fn take_filled(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        take: Take,
+    ) -> Result<Option<(Region, Route)>, Errno> {
         let reused = {
             let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-            // SYNC POINT: receiver's `Release` store of FREE in `MapCache::copy_out`;
-            // after it, the receiver no longer reads the payload we overwrite.
-            let free = regions.iter().position(|r| {
-                r.capacity() >= total && r.map.state().load(Ordering::Acquire) == FREE
-            });
-            free.map(|i| regions.swap_remove(i))
+            let claimed = (regions.iter().enumerate())
+                .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
+            if claimed.is_none() && take == Take::Kept && !regions.is_empty() {
+                return Ok(None);
+            }
+            claimed.map(|(i, route)| (regions.swap_remove(i), route))
         };
-        let mut region = match reused {
-            Some(region) => region,
-            None => Region::create(total)?,
+        let (mut region, route) = match reused {
+            Some(reused) => reused,
+            None => (Region::create(total)?, Route::Descriptor),
         };
         region.fill(parts, total);
-        Ok(region)
+        Ok(Some((region, route)))
     }
 
     /// Returns a sent region to the pool; it is reused once the receiver
@@ -213,10 +348,21 @@ impl Pool {
     }
 }
 
-/// A receiver's cache of mapped regions, keyed by inode.
+/// A region a receiver keeps mapped.
+struct Held {
+    /// `(st_dev, st_ino)`: the same region arriving again by descriptor.
+    key: (u64, u64),
+    /// The name kept messages use for it (see [`Route::Kept`]).
+    token: u64,
+    /// Kept so the region can move with the receiver ([`MapCache::take_kept`]).
+    fd: OwnedFd,
+    map: Mapping,
+}
+
+/// A receiver's cache of mapped regions, most recently used last.
 #[derive(Default)]
 pub(crate) struct MapCache {
-    entries: Vec<(u64, u64, Mapping)>,
+    entries: Vec<Held>,
 }
 
 impl std::fmt::Debug for MapCache {
@@ -227,78 +373,209 @@ impl std::fmt::Debug for MapCache {
     }
 }
 
+/// A region that moves with its receiver, as [`MapCache::take_kept`] gives it.
+pub(crate) struct KeptRegion {
+    pub token: u64,
+    /// How far it was mapped (the new owner maps as far, no farther than
+    /// the region is long).
+    pub len: u64,
+    pub fd: OwnedFd,
+}
+
 impl MapCache {
-    /// Validates the region `fd` and appends its `total` payload bytes to
-    /// `dst`, then marks the region free for its sender. With `split`, if
+    /// Validates the region `fd`, which came with a message tagged `token`,
+    /// and appends its `total` payload bytes to `dst`, then marks the region
+    /// free for its sender (held, if this cache keeps it). With `split`, if
     /// the payload is long enough, the predicted byte string goes to its own
     /// buffer instead (`true` returned; see `ipc::split`).
     pub(crate) fn copy_out(
         &mut self,
-        fd: &OwnedFd,
+        fd: OwnedFd,
+        token: u64,
         total: usize,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
-        let stat = fs::fstat(fd).map_err(|_| WireError::BadRegion)?;
+        let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < total {
             return Err(WireError::BadRegion);
         }
-        // Map what the message needs, never the size the peer chose for the
-        // file (a sealed sparse file of terabytes would map fine and eat the
-        // address space).
         let need = (REGION_HEADER + total).next_multiple_of(PAGE);
         let key = (stat.st_dev, stat.st_ino);
-        let i = match self
+        if let Some(i) = self.entries.iter().position(|e| e.key == key) {
+            if self.entries[i].map.len >= need {
+                // Seals are never removed, and a cached inode is alive (our
+                // descriptor holds it) so cannot be reused: checking a
+                // region once, when it is first mapped, is enough.
+                let mut held = self.entries.remove(i);
+                held.token = token;
+                self.entries.push(held);
+                return self.copy_from_last(total, dst, split);
+            }
+            // Mapped too short for this message: map it again below.
+            drop(self.entries.remove(i));
+        }
+        let seals = fs::fcntl_get_seals(&fd).map_err(|_| WireError::BadRegion)?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(WireError::BadRegion);
+        }
+        let len = if size <= MAP_WHOLE { size } else { need };
+        let map = Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        if self.entries.len() >= CACHED_MAPPINGS {
+            // Let go of the least recently used region no message names.
+            match self.entries.iter().position(|e| e.map.release()) {
+                Some(i) => drop(self.entries.remove(i)),
+                None => {
+                    // All pinned: use this region once, and keep nothing.
+                    // SAFETY: `map` is at least `need` bytes, sealed against
+                    // shrinking, and `REGION_HEADER + total <= need`.
+                    let split_off = unsafe { copy_raw(&map, total, dst, split)? };
+                    // SYNC POINT: sender's `Acquire` in `Region::claim`.
+                    map.state().store(FREE, Ordering::Release);
+                    return Ok(split_off);
+                }
+            }
+        }
+        self.entries.push(Held {
+            key,
+            token,
+            fd,
+            map,
+        });
+        self.copy_from_last(total, dst, split)
+    }
+
+    /// Appends the `total` payload bytes of the held region named `token` to
+    /// `dst` (a [`Route::Kept`] message), as [`MapCache::copy_out`] does.
+    pub(crate) fn copy_kept(
+        &mut self,
+        token: u64,
+        total: usize,
+        dst: &mut Vec<u8>,
+        split: Option<Split<'_>>,
+    ) -> Result<bool, WireError> {
+        let i = self
             .entries
             .iter()
-            .position(|(d, ino, m)| (*d, *ino) == key && m.len >= need)
-        {
-            Some(i) => i,
-            None => {
-                // Seals are never removed, and a cached inode is alive (our
-                // mapping holds it) so cannot be reused: checking a region
-                // once, when it is first mapped, is enough.
-                let seals = fs::fcntl_get_seals(fd).map_err(|_| WireError::BadRegion)?;
-                if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-                    return Err(WireError::BadRegion);
-                }
-                let map =
-                    Mapping::map(fd.as_fd(), need.min(size)).map_err(|_| WireError::BadRegion)?;
-                self.entries.retain(|(d, ino, _)| (*d, *ino) != key);
-                if self.entries.len() >= CACHED_MAPPINGS {
-                    self.entries.remove(0);
-                }
-                self.entries.push((key.0, key.1, map));
-                self.entries.len() - 1
-            }
-        };
-        let map = &self.entries[i].2;
-        let src = map.payload();
-        // The sender may still write the source: we copy raw bytes, never form
-        // a reference to them, and the result is validated as untrusted input.
-        let split = split.filter(|s| s.layout.at + s.layout.len <= total);
-        let split_off = split.is_some();
-        // Sealed against shrinking, and `size - REGION_HEADER >= total`: the
-        // `total` payload bytes after the header stay mapped, and every range
-        // copied below lies within them.
-        match split {
-            Some(Split { layout, string }) => {
-                let end = layout.at + layout.len;
-                string.clear();
-                // SAFETY: `[0, at)` is within the payload (see above).
-                unsafe { append_raw(dst, src, layout.at)? };
-                // SAFETY: `[at, end)` is within the payload, `end <= total`.
-                unsafe { append_raw(string, src.add(layout.at), layout.len)? };
-                // SAFETY: `[end, total)` is within the payload.
-                unsafe { append_raw(dst, src.add(end), total - end)? };
-            }
-            // SAFETY: `[0, total)` is the payload.
-            None => unsafe { append_raw(dst, src, total)? },
+            .position(|e| e.token == token)
+            .ok_or(WireError::BadRegion)?;
+        // Checked against our own mapping, never the peer's `mapped` word.
+        if REGION_HEADER + total > self.entries[i].map.len {
+            self.skip_kept(token);
+            return Err(WireError::BadRegion);
         }
-        // SYNC POINT: sender's `Acquire` load in `Pool::take_filled`.
-        map.state().store(FREE, Ordering::Release);
+        let held = self.entries.remove(i);
+        self.entries.push(held);
+        self.copy_from_last(total, dst, split)
+    }
+
+    /// A kept message naming `token` was refused: the region is free again
+    /// for its sender (and still held).
+    pub(crate) fn skip_kept(&mut self, token: u64) {
+        if let Some(held) = self.entries.iter().find(|e| e.token == token) {
+            held.map.state().store(HELD, Ordering::Release);
+        }
+    }
+
+    /// Copies out of the most recently used entry, which maps at least
+    /// `REGION_HEADER + total` bytes, and marks it held.
+    fn copy_from_last(
+        &mut self,
+        total: usize,
+        dst: &mut Vec<u8>,
+        split: Option<Split<'_>>,
+    ) -> Result<bool, WireError> {
+        let held = self.entries.last().ok_or(WireError::BadRegion)?;
+        // SAFETY: every caller checked `REGION_HEADER + total <= map.len`,
+        // and a cached region is sealed against shrinking.
+        let split_off = unsafe { copy_raw(&held.map, total, dst, split)? };
+        held.map
+            .mapped()
+            .store(held.map.len as u64, Ordering::Relaxed);
+        // SYNC POINT: sender's `Acquire` in `Region::claim`: the copy above
+        // is done before the sender may overwrite the payload.
+        held.map.state().store(HELD, Ordering::Release);
         Ok(split_off)
+    }
+
+    /// Empties the cache for a receiver that moves to another process: the
+    /// regions no message can name are let go (their senders send the
+    /// descriptor again), the others are returned, to travel with it.
+    pub(crate) fn take_kept(&mut self) -> Vec<KeptRegion> {
+        self.entries
+            .drain(..)
+            .filter(|e| !e.map.release())
+            .map(|e| KeptRegion {
+                token: e.token,
+                len: e.map.len as u64,
+                fd: e.fd,
+            })
+            .collect()
+    }
+
+    /// Holds `region` again, in the process a receiver moved to. The region
+    /// is checked as if it had just arrived.
+    pub(crate) fn hold(&mut self, region: KeptRegion, limit: u64) -> Result<(), WireError> {
+        if self.entries.len() >= CACHED_MAPPINGS {
+            return Err(WireError::BadRegion);
+        }
+        let stat = fs::fstat(&region.fd).map_err(|_| WireError::BadRegion)?;
+        let seals = fs::fcntl_get_seals(&region.fd).map_err(|_| WireError::BadRegion)?;
+        let size = u64::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
+        let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
+        let sane = seals.contains(SealFlags::SHRINK | SealFlags::GROW)
+            && region.len <= size
+            && len > REGION_HEADER
+            && (len <= MAP_WHOLE
+                || region.len <= limit.saturating_add((REGION_HEADER + PAGE) as u64))
+            && len % PAGE == 0;
+        if !sane {
+            return Err(WireError::BadRegion);
+        }
+        let map = Mapping::map(region.fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        self.entries.push(Held {
+            key: (stat.st_dev, stat.st_ino),
+            token: region.token,
+            fd: region.fd,
+            map,
+        });
+        Ok(())
+    }
+}
+
+/// Copies the `total` payload bytes of `map` to `dst` (with `split`, the
+/// predicted string to its own buffer; `true` if so).
+///
+/// # Safety
+/// `map` must map at least `REGION_HEADER + total` bytes of a region sealed
+/// against shrinking.
+unsafe fn copy_raw(
+    map: &Mapping,
+    total: usize,
+    dst: &mut Vec<u8>,
+    split: Option<Split<'_>>,
+) -> Result<bool, WireError> {
+    let src = map.payload();
+    // The sender may still write the source: we copy raw bytes, never form
+    // a reference to them, and the result is validated as untrusted input.
+    match split.filter(|s| s.layout.at + s.layout.len <= total) {
+        Some(Split { layout, string }) => {
+            let end = layout.at + layout.len;
+            string.clear();
+            // SAFETY: `[0, at)` is within the payload (the caller's promise).
+            unsafe { append_raw(dst, src, layout.at)? };
+            // SAFETY: `[at, end)` is within the payload, `end <= total`.
+            unsafe { append_raw(string, src.add(layout.at), layout.len)? };
+            // SAFETY: `[end, total)` is within the payload.
+            unsafe { append_raw(dst, src.add(end), total - end)? };
+            Ok(true)
+        }
+        None => {
+            // SAFETY: `[0, total)` is the payload.
+            unsafe { append_raw(dst, src, total)? };
+            Ok(false)
+        }
     }
 }
 
