@@ -760,6 +760,24 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
             "region without carrier",
         ),
         (
+            vec![(header(3, 0, 100, 0, 0x5eed), vec![])],
+            "a kept region nobody sent",
+        ),
+        (
+            vec![(header(3, 1, 100, 0, 0x5eed), vec![])],
+            "a kept region with descriptors",
+        ),
+        (
+            vec![(
+                header(3, 0, 3, 0, 0x5eed)
+                    .into_iter()
+                    .chain(*b"abc")
+                    .collect(),
+                vec![],
+            )],
+            "a kept region with inline bytes",
+        ),
+        (
             vec![(fd_packet(1, 5), vec![pipe_r.as_fd()])],
             "descriptors nobody announced",
         ),
@@ -956,6 +974,110 @@ fn a_refused_large_message_leaves_no_trace() {
         Some(WireError::TooLarge { .. })
     ));
     assert_eq!(rx.recv().unwrap(), b"small");
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+}
+
+#[test]
+fn kept_regions_carry_medium_and_large_messages_in_order() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    // One at a time: after the first, each goes through the region the
+    // receiver holds, and its size keeps changing under it.
+    let sizes = [
+        7 * 1024 + 1,
+        16 << 10,
+        64 << 10,
+        100_000,
+        300_000,
+        1 << 20,
+        9000,
+    ];
+    for (i, &size) in sizes.iter().cycle().take(3 * sizes.len()).enumerate() {
+        let data = pattern(size, i as u8);
+        tx.send(&data).unwrap();
+        assert_eq!(rx.recv().unwrap(), data, "message {i} of {size} bytes");
+    }
+    // Many in flight: the held region is busy, so the rest go by socket or
+    // by new regions, and all arrive whole and in order.
+    // (From another thread: what goes by socket blocks once its buffer is full.)
+    let sent: Vec<Vec<u8>> = (0..24u8)
+        .map(|i| pattern([20_000, 70_000, 400_000][usize::from(i % 3)], i))
+        .collect();
+    let sender = {
+        let (tx, sent) = (tx.clone(), sent.clone());
+        std::thread::spawn(move || sent.iter().for_each(|data| tx.send(data).unwrap()))
+    };
+    for (i, data) in sent.iter().enumerate() {
+        assert_eq!(&rx.recv().unwrap(), data, "pipelined message {i}");
+    }
+    sender.join().unwrap();
+    // A typed message with a `serde_bytes` field takes the same path.
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Blob {
+        id: u32,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    }
+    let (ttx, trx) = ipc::channel::<Blob>().unwrap();
+    for i in 0..6 {
+        let blob = Blob {
+            id: i,
+            data: pattern(32 << 10, i as u8),
+        };
+        ttx.send(Blob { ..blob }).unwrap();
+        let got = trx.recv().unwrap();
+        assert_eq!(got.id, i);
+        assert_eq!(got.data, pattern(32 << 10, i as u8));
+    }
+}
+
+#[test]
+fn a_receiver_moved_with_kept_messages_in_flight_reads_them() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    let (carrier_tx, carrier_rx) = ipc::channel::<IpcBytesReceiver>().unwrap();
+    // The receiver holds a region ...
+    tx.send(&pattern(64 << 10, 0)).unwrap();
+    assert_eq!(rx.recv().unwrap(), pattern(64 << 10, 0));
+    // ... which the next message names, still unread when the receiver moves.
+    let in_flight: Vec<Vec<u8>> = (1..4).map(|i| pattern(60_000, i)).collect();
+    for data in &in_flight {
+        tx.send(data).unwrap();
+    }
+    carrier_tx.send(rx).unwrap();
+    let rx = carrier_rx.recv().unwrap();
+    for (i, data) in in_flight.iter().enumerate() {
+        assert_eq!(&rx.recv().unwrap(), data, "in-flight message {i}");
+    }
+    // The moved receiver holds the region again, or lets its sender pass it anew.
+    for i in 4..10 {
+        tx.send(&pattern(50_000, i)).unwrap();
+        assert_eq!(rx.recv().unwrap(), pattern(50_000, i), "message {i}");
+    }
+    // Moved again with nothing in flight: nothing needs to travel.
+    carrier_tx.send(rx).unwrap();
+    let rx = carrier_rx.recv().unwrap();
+    tx.send(&pattern(50_000, 10)).unwrap();
+    assert_eq!(rx.recv().unwrap(), pattern(50_000, 10));
+}
+
+#[test]
+fn a_refused_kept_message_frees_its_region() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    tx.send(&pattern(64 << 10, 0)).unwrap();
+    assert_eq!(rx.recv().unwrap(), pattern(64 << 10, 0));
+    rx.set_max_message_size(1000);
+    tx.send(&pattern(64 << 10, 1)).unwrap();
+    assert!(matches!(
+        expect_wire_error(rx.recv(), "refused"),
+        Some(WireError::TooLarge { .. })
+    ));
+    rx.set_max_message_size(1 << 30);
+    for i in 2..6 {
+        tx.send(&pattern(64 << 10, i)).unwrap();
+        assert_eq!(rx.recv().unwrap(), pattern(64 << 10, i));
+    }
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
 }
 

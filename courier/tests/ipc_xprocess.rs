@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use courier::ipc::{
-    self, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender, TryRecvError,
+    self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender,
+    TryRecvError,
 };
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -50,6 +51,12 @@ enum Request {
         values: Vec<u64>,
         to: IpcSender<u64>,
     },
+    /// Receive `count` byte messages on `from` and reply with the hash of each.
+    Drain {
+        from: IpcBytesReceiver,
+        count: u32,
+        reply: IpcSender<u64>,
+    },
 }
 
 /// Runs the child role, when this process is a child; a no-op test otherwise.
@@ -84,6 +91,11 @@ fn child_entry() {
             Ok(Request::Emit { values, to }) => {
                 for v in values {
                     to.send(v).unwrap();
+                }
+            }
+            Ok(Request::Drain { from, count, reply }) => {
+                for _ in 0..count {
+                    reply.send(hash(&from.recv().unwrap())).unwrap();
                 }
             }
             Err(IpcError::Disconnected) => break,
@@ -256,6 +268,51 @@ fn senders_and_receivers_cross_three_processes() {
         Err(TryRecvError::IpcError(IpcError::Disconnected))
     ));
     forwarder.finish();
+}
+
+#[test]
+fn a_receiver_moved_to_another_process_keeps_its_regions() {
+    let _check = fd_check();
+    let child = spawn_peer();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    // Here the receiver comes to hold the sender's region; the next messages
+    // name it instead of passing it, and are still unread when it moves.
+    let first = pattern(64 << 10, 0);
+    tx.send(&first).unwrap();
+    assert_eq!(rx.recv().unwrap(), first);
+    let sizes = [
+        60_000,
+        60_000,
+        300_000,
+        20_000,
+        9000,
+        2 << 20,
+        50_000,
+        50_000,
+    ];
+    let messages: Vec<Vec<u8>> = (1..).zip(sizes).map(|(i, n)| pattern(n, i)).collect();
+    let (half, rest) = messages.split_at(3);
+    for data in half {
+        tx.send(data).unwrap();
+    }
+    let (reply_tx, reply_rx) = ipc::channel::<u64>().unwrap();
+    child
+        .requests
+        .send(Request::Drain {
+            from: rx,
+            count: messages.len() as u32,
+            reply: reply_tx,
+        })
+        .unwrap();
+    // And once it has moved, the child's receiver holds regions of its own.
+    for data in rest {
+        tx.send(data).unwrap();
+    }
+    for (i, data) in messages.iter().enumerate() {
+        let got = reply_rx.try_recv_timeout(PATIENCE).unwrap();
+        assert_eq!(got, hash(data), "message {i} ({} bytes)", data.len());
+    }
+    child.finish();
 }
 
 #[test]
