@@ -2,7 +2,10 @@
 //! one thread, next to courier's and ipc-channel's bytes channels: the
 //! measurements behind the choice of `courier::ipc`'s send and receive paths
 //! between 4 KiB and one packet (BENCHMARKS.md, "Against the issue's
-//! targets").
+//! targets", and "Session 7"). The `kept` way copies the payload into a
+//! shared mapping both ends keep and sends only the header through the
+//! socket; the receiver copies it out into a new `Vec` (what
+//! `courier::ipc`'s kept regions do).
 //!
 //! `cargo run --release -p courier-bench --example framing -- 8192 16384 65536`
 //! prints the median ns per message (send + receive) of each way, over 21
@@ -70,6 +73,58 @@ fn recv_scattered(fd: &OwnedFd, size: usize) -> ([u8; HEADER], Vec<u8>) {
     (head, payload)
 }
 
+/// A shared anonymous mapping standing in for a region both ends keep mapped.
+struct SharedArea {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl SharedArea {
+    fn new(len: usize) -> Self {
+        // SAFETY: a fresh anonymous mapping (null hint) aliases no Rust object.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap");
+        SharedArea {
+            ptr: ptr.cast(),
+            len,
+        }
+    }
+
+    fn write(&self, data: &[u8]) {
+        assert!(data.len() <= self.len);
+        // SAFETY: `data.len() <= len` bytes of our own mapping, which no
+        // reference points into; `data` cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr, data.len()) };
+    }
+
+    fn read(&self, n: usize) -> Vec<u8> {
+        assert!(n <= self.len);
+        let mut out = Vec::with_capacity(n);
+        // SAFETY: `n <= len` bytes of the mapping into `out`'s spare
+        // capacity of at least `n` bytes, which cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, out.as_mut_ptr(), n) };
+        // SAFETY: the copy initialised the first `n` bytes.
+        unsafe { out.set_len(n) };
+        out
+    }
+}
+
+impl Drop for SharedArea {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range `mmap` returned, no longer referenced.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 fn main() {
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
@@ -92,8 +147,9 @@ fn main() {
     let mut staging: Vec<u8> = Vec::with_capacity(1 << 18);
     let (ctx, crx) = courier::ipc::bytes_channel().expect("courier channel");
     let (itx, irx) = ipc_channel::ipc::bytes_channel().expect("ipc-channel channel");
+    let shared = SharedArea::new(1 << 18);
     println!(
-        "size     plain  copy+send/scatter  gather/scatter  gather/recv+copy  courier  ipc-channel"
+        "size     plain  copy+send/scatter  gather/scatter  gather/recv+copy  kept  courier  ipc-channel"
     );
     for size in sizes {
         let data = vec![7u8; size];
@@ -120,6 +176,13 @@ fn main() {
             let (n, _) = net::recv(&b, &mut scratch[..], RecvFlags::empty()).expect("recv");
             black_box(scratch[HEADER..n].to_vec());
         });
+        let kept = median_ns(count, || {
+            shared.write(&data);
+            net::send(&a, &header, SendFlags::empty()).expect("send");
+            let (n, _) = net::recv(&b, &mut scratch[..], RecvFlags::empty()).expect("recv");
+            assert_eq!(n, HEADER, "a bare header");
+            black_box(shared.read(size));
+        });
         let courier = median_ns(count, || {
             ctx.send(&data).expect("courier send");
             black_box(crx.recv().expect("courier recv"));
@@ -129,7 +192,7 @@ fn main() {
             black_box(irx.recv().expect("ipc-channel recv"));
         });
         println!(
-            "{size:<8} {plain:>5.0}  {copy_send:>17.0}  {gather:>14.0}  {copy_out:>16.0}  {courier:>7.0}  {ipc_channel:>11.0}"
+            "{size:<8} {plain:>5.0}  {copy_send:>17.0}  {gather:>14.0}  {copy_out:>16.0}  {kept:>4.0}  {courier:>7.0}  {ipc_channel:>11.0}"
         );
     }
 }

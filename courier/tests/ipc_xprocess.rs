@@ -275,11 +275,14 @@ fn a_receiver_moved_to_another_process_keeps_its_regions() {
     let _check = fd_check();
     let child = spawn_peer();
     let (tx, rx) = ipc::bytes_channel().unwrap();
-    // Here the receiver comes to hold the sender's region; the next messages
-    // name it instead of passing it, and are still unread when it moves.
-    let first = pattern(64 << 10, 0);
-    tx.send(&first).unwrap();
-    assert_eq!(rx.recv().unwrap(), first);
+    // Here the receiver comes to hold the sender's region (a channel's first
+    // few messages of this size go by socket); the next messages name it
+    // instead of passing it, and are still unread when it moves.
+    for i in 100..104 {
+        let data = pattern(64 << 10, i);
+        tx.send(&data).unwrap();
+        assert_eq!(rx.recv().unwrap(), data);
+    }
     let sizes = [
         60_000,
         60_000,

@@ -14,7 +14,12 @@
 //!   needs no control buffer.
 //! * A message too large for one packet is, by default
 //!   ([`LargeMessages::SharedMemory`]), copied once into a pooled, sealed
-//!   memfd region and the region's descriptor is sent ([`shm`]).
+//!   memfd region and the region's descriptor is sent ([`shm`]). Once the
+//!   receiver holds a region, a message in it is a bare header naming the
+//!   region ([`Body::Kept`]): no descriptor, and no kernel copy of the
+//!   payload. From [`SMALL`] bytes up to one packet, a message goes that way
+//!   too when a held region is free (two `memcpy`s beat the kernel's copy
+//!   through the socket buffer there), and by socket otherwise.
 //! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
 //!   failed first try: the first packet carries the header (announcing the
 //!   total) and the first part; the rest follows over a socketpair created

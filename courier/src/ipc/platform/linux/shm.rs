@@ -290,7 +290,14 @@ impl Region {
 #[derive(Default)]
 pub(crate) struct Pool {
     regions: Mutex<Vec<Region>>,
+    /// [`Take::Kept`] requests met by an empty pool: the first
+    /// [`FIRST_REGION_AFTER`] go by socket, so that a channel carrying one
+    /// or two messages (a reply channel) never pays for a region.
+    kept_asks: AtomicU32,
 }
+
+/// [`Take::Kept`] requests an empty pool turns down before it creates a region.
+const FIRST_REGION_AFTER: u32 = 2;
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -304,8 +311,9 @@ pub(crate) enum Take {
     /// Any free region, or a new one.
     Any,
     /// Only a region the receiver holds, or a first region for an empty
-    /// pool (so the next message finds one held): for payloads the socket
-    /// carries well, which would lose by passing a descriptor every time.
+    /// pool that has been asked a few times (so the next message finds one
+    /// held): for payloads the socket carries well, which would lose by
+    /// passing a descriptor every time.
     Kept,
 }
 
@@ -323,8 +331,14 @@ impl Pool {
             let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
             let claimed = (regions.iter().enumerate())
                 .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
-            if claimed.is_none() && take == Take::Kept && !regions.is_empty() {
-                return Ok(None);
+            if claimed.is_none() && take == Take::Kept {
+                let streak = match regions.is_empty() {
+                    true => self.kept_asks.fetch_add(1, Ordering::Relaxed),
+                    false => 0,
+                };
+                if streak < FIRST_REGION_AFTER {
+                    return Ok(None);
+                }
             }
             claimed.map(|(i, route)| (regions.swap_remove(i), route))
         };
