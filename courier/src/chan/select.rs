@@ -284,6 +284,20 @@ struct Handle<'a> {
 /// assert_eq!(op.recv(&rx2), Ok("hi"));
 /// # let _ = (i1, tx1);
 /// ```
+///
+/// A `Select` is not `Send` (crossbeam's is, unconditionally): it may hold
+/// ends of channels whose messages are not `Send`, and a select that moved to
+/// another thread could reserve such a message there, or be handed it by a
+/// rendezvous sender, and then drop it on the wrong thread. Build and run it
+/// on the thread that completes the operation.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: &T) {}
+/// let (_tx, rx) = courier::chan::unbounded::<std::rc::Rc<u8>>();
+/// let mut sel = courier::chan::Select::new();
+/// sel.recv(&rx);
+/// assert_send(&sel);
+/// ```
 pub struct Select<'a> {
     /// Inline up to four: a select is usually built, run once and dropped, and a heap `Vec`
     /// cost it a `malloc` and a `free` each time (crossbeam pays them too).
@@ -304,10 +318,6 @@ impl Default for Select<'_> {
         Self::new()
     }
 }
-
-// SAFETY: the raw `endpoint` pointers are only compared, never dereferenced; the handles are
-// `Sender`/`Receiver` references, which are `Sync` for `T: Send`.
-unsafe impl Send for Select<'_> {}
 
 impl<'a> Select<'a> {
     /// An empty select.
