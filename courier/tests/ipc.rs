@@ -181,8 +181,16 @@ fn byte_strings_received_apart_survive_every_change_of_layout() {
         reply: Option<IpcSender<u32>>,
         seq: u32,
     }
+    // The same with a plain `Vec<u8>`, which courier reads and writes as a
+    // byte string too (`ipc::bytes_seq`).
+    #[derive(Debug, Serialize, Deserialize)]
+    struct PlainFrame {
+        name: String,
+        data: Vec<u8>,
+        reply: Option<IpcSender<u32>>,
+        seq: u32,
+    }
     let _check = fd_check();
-    let (tx, rx) = ipc::channel::<Frame>().unwrap();
     // (bytes before the string, string length, with a channel); strings
     // above the plain-`recv` line (7 KiB), so that they arrive split.
     let plan = [
@@ -202,23 +210,75 @@ fn byte_strings_received_apart_survive_every_change_of_layout() {
         (5000, 70_000, false),
         (5000, 70_000, false),
     ];
-    for (seq, &(name, len, with_channel)) in plan.iter().enumerate() {
-        let (reply, reply_rx) = ipc::channel::<u32>().unwrap();
-        tx.send(Frame {
-            name: "n".repeat(name),
-            data: pattern(len, seq as u8),
-            reply: with_channel.then_some(reply),
-            seq: seq as u32,
-        })
-        .unwrap();
-        let got = rx.recv().unwrap();
-        assert_eq!(got.name.len(), name, "message {seq}");
-        assert_eq!(got.data, pattern(len, seq as u8), "message {seq}");
-        assert_eq!(got.seq, seq as u32);
-        if let Some(reply) = got.reply {
-            reply.send(7).unwrap();
-            assert_eq!(reply_rx.recv().unwrap(), 7);
-        }
+    macro_rules! run_plan {
+        ($frame:ident) => {{
+            let (tx, rx) = ipc::channel::<$frame>().unwrap();
+            for (seq, &(name, len, with_channel)) in plan.iter().enumerate() {
+                let (reply, reply_rx) = ipc::channel::<u32>().unwrap();
+                tx.send($frame {
+                    name: "n".repeat(name),
+                    data: pattern(len, seq as u8),
+                    reply: with_channel.then_some(reply),
+                    seq: seq as u32,
+                })
+                .unwrap();
+                let got = rx.recv().unwrap();
+                let what = format!("{} message {seq}", stringify!($frame));
+                assert_eq!(got.name.len(), name, "{what}");
+                assert_eq!(got.data, pattern(len, seq as u8), "{what}");
+                assert_eq!(got.seq, seq as u32);
+                if let Some(reply) = got.reply {
+                    reply.send(7).unwrap();
+                    assert_eq!(reply_rx.recv().unwrap(), 7);
+                }
+            }
+        }};
+    }
+    run_plan!(Frame);
+    run_plan!(PlainFrame);
+}
+
+#[test]
+fn byte_sequences_of_every_shape_roundtrip() {
+    let _check = fd_check();
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Shapes {
+        plain: Vec<u8>,
+        nested: Vec<Vec<u8>>,
+        boxed: Box<[u8]>,
+        maybe: Option<Vec<u8>>,
+        deque: std::collections::VecDeque<u8>,
+        wide: Vec<u16>,
+        array: [u8; 5],
+        map: HashMap<u8, Vec<u8>>,
+    }
+    let (tx, rx) = ipc::channel::<Shapes>().unwrap();
+    for (i, len) in [0, 1, 127, 128, 3000, 20_000, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let shapes = Shapes {
+            plain: pattern(len, i as u8),
+            nested: vec![pattern(len / 2, 1), Vec::new(), pattern(len / 3, 2)],
+            boxed: pattern(len / 4, 3).into_boxed_slice(),
+            maybe: (i % 2 == 0).then(|| pattern(len, 4)),
+            deque: pattern(len / 5, 5).into(),
+            wide: (0..len / 7).map(|x| (x as u16).wrapping_mul(3)).collect(),
+            array: [1, 2, 3, 4, 5],
+            map: HashMap::from([(1, pattern(len / 6, 6)), (2, Vec::new())]),
+        };
+        let sent = Shapes {
+            plain: shapes.plain.clone(),
+            nested: shapes.nested.clone(),
+            boxed: shapes.boxed.clone(),
+            maybe: shapes.maybe.clone(),
+            deque: shapes.deque.clone(),
+            wide: shapes.wide.clone(),
+            array: shapes.array,
+            map: shapes.map.clone(),
+        };
+        tx.send(sent).unwrap();
+        assert_eq!(rx.recv().unwrap(), shapes, "length {len}");
     }
 }
 

@@ -45,6 +45,7 @@ use serde::de::Error as _;
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::bytes_seq;
 use super::err::SerDeError;
 use super::platform::{Backlog, OsReceiver};
 use super::split::{self, Layout, Parts};
@@ -162,7 +163,7 @@ fn walk<T: Serialize + ?Sized, R>(
         skipped: None,
     };
     let skipped;
-    (*buf, skipped) = postcard::serialize_with_flavor(value, measure)?;
+    (*buf, skipped) = bytes_seq::serialize_with_flavor(value, measure)?;
     let Some(skip) = skipped else {
         // The common case, one walk: send with the table's descriptors.
         return Ok(OUTGOING.with(|o| {
@@ -190,7 +191,7 @@ fn walk<T: Serialize + ?Sized, R>(
         fds: &fds,
         sent: None,
     };
-    postcard::serialize_with_flavor(value, &mut replay)?;
+    bytes_seq::serialize_with_flavor(value, &mut replay)?;
     if let Some(sent) = replay.sent {
         return Ok(sent);
     }
@@ -203,7 +204,7 @@ fn walk<T: Serialize + ?Sized, R>(
         }
     });
     buf.clear();
-    postcard::serialize_with_flavor(value, Whole(buf))?;
+    bytes_seq::serialize_with_flavor(value, Whole(buf))?;
     Ok(send(&[IoSlice::new(buf)], &fds))
 }
 

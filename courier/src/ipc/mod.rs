@@ -53,6 +53,7 @@
 //! message is an [`IpcError::Io`] carrying a [`WireError`]; its descriptors are
 //! closed, and the channel remains usable for the messages after it.
 
+mod bytes_seq;
 mod config;
 mod err;
 mod handles;

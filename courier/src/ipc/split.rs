@@ -23,6 +23,7 @@ use std::cell::{Cell, RefCell};
 use postcard::de_flavors::Flavor;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, Visitor};
 
+use super::bytes_seq;
 use super::err::SerDeError;
 
 /// A byte string at least this long is worth receiving into its own buffer
@@ -224,7 +225,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
         deserialize_i64; deserialize_i128; deserialize_u8; deserialize_u16; deserialize_u32;
         deserialize_u64; deserialize_u128; deserialize_f32; deserialize_f64; deserialize_char;
         deserialize_str; deserialize_string; deserialize_bytes; deserialize_option;
-        deserialize_unit; deserialize_seq; deserialize_map; deserialize_identifier;
+        deserialize_unit; deserialize_map; deserialize_identifier;
         deserialize_ignored_any;
         deserialize_unit_struct(name: &'static str);
         deserialize_newtype_struct(name: &'static str);
@@ -232,6 +233,17 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
         deserialize_tuple_struct(name: &'static str, len: usize);
         deserialize_struct(name: &'static str, fields: &'static [&'static str]);
         deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+    }
+
+    /// serde's `Vec<u8>` as the byte string it is on the wire (see
+    /// `ipc::bytes_seq`); any other sequence element by element.
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        if bytes_seq::is_vec_u8_visitor::<V>() {
+            let bytes = self.deserialize_byte_buf(bytes_seq::ByteVec)?;
+            return Ok(bytes_seq::into_value::<V>(bytes));
+        }
+        let visitor = self.wrap(visitor);
+        self.inner.deserialize_seq(visitor)
     }
 
     /// The detached string if this is where it sits; notes where the first
