@@ -899,6 +899,106 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
     drop((pipe_r, pipe_w));
 }
 
+/// A peer that makes its own regions and plays every trick with their
+/// state word: each of its messages is read or refused on its own, and an
+/// honest sender to the same receiver keeps getting through.
+#[test]
+fn a_hostile_region_owner_cannot_spoil_the_receiver() {
+    use rustix::fs::{self, MemfdFlags, SealFlags};
+    use rustix::io::{pread, pwrite};
+    const REGION: u64 = 256 << 10;
+    const PAYLOAD: u64 = 64; // where the payload starts in a region
+    let region = |fill: u8, len: usize| {
+        let fd =
+            fs::memfd_create("hostile", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+        fs::ftruncate(&fd, REGION).unwrap();
+        fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        pwrite(&fd, &vec![fill; len], PAYLOAD).unwrap();
+        fd
+    };
+    let state = |fd: &OwnedFd| {
+        let mut word = [0u8; 4];
+        pread(fd, &mut word, 0).unwrap();
+        u32::from_le_bytes(word)
+    };
+    let set_state = |fd: &OwnedFd, v: u32| pwrite(fd, &v.to_le_bytes(), 0).map(drop).unwrap();
+    // A region message: header (shared memory, one carrier descriptor), then
+    // its descriptor packet.
+    let send_region = |raw: &OwnedFd, fd: &OwnedFd, total: u64, tag: u64| {
+        raw_send(raw, &header(2, 1, total, 3, tag), &[]);
+        raw_send(raw, &fd_packet(1, tag), &[fd.as_fd()]);
+    };
+    let kept =
+        |raw: &OwnedFd, total: u64, tag: u64| raw_send(raw, &header(3, 0, total, 0, tag), &[]);
+
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let honest = IpcBytesSender::from(raw.try_clone().unwrap());
+    let mut inline_ok = header(0, 0, 3, 0, 0);
+    inline_ok.extend_from_slice(b"abc");
+
+    // The receiver holds a region it was sent, and says so in it.
+    let first = region(1, 1000);
+    send_region(&raw, &first, 1000, 11);
+    assert_eq!(rx.recv().unwrap(), vec![1; 1000]);
+    assert_eq!(state(&first), 2, "held");
+    // Named again, after its owner rewrote it: the new bytes, copied out once.
+    pwrite(&first, &[9; 500], PAYLOAD).unwrap();
+    kept(&raw, 500, 11);
+    assert_eq!(rx.recv().unwrap(), vec![9; 500]);
+    // Named for more than the receiver mapped: refused, the channel goes on.
+    kept(&raw, REGION, 11);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "past the mapping"),
+        Some(WireError::BadRegion)
+    );
+    raw_send(&raw, &inline_ok, &[]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
+
+    // Every region it holds marked busy by its owner: the receiver cannot let
+    // go of any, so the next region is read once and kept nowhere ...
+    let mut pinned = vec![first];
+    for (i, tag) in (21..24u64).enumerate() {
+        let fd = region(i as u8, 100);
+        send_region(&raw, &fd, 100, tag);
+        assert_eq!(rx.recv().unwrap(), vec![i as u8; 100]);
+        pinned.push(fd);
+    }
+    for fd in &pinned {
+        set_state(fd, 3);
+    }
+    let extra = region(7, 5000);
+    send_region(&raw, &extra, 5000, 31);
+    assert_eq!(rx.recv().unwrap(), vec![7; 5000]);
+    assert_eq!(state(&extra), 0, "not held: free for its owner");
+    kept(&raw, 10, 31);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "not held"),
+        Some(WireError::BadRegion)
+    );
+    // ... and an honest sender's large and medium messages still arrive whole.
+    for i in 0..4u8 {
+        for len in [300_000, 20_000] {
+            let data = pattern(len, i);
+            honest.send(&data).unwrap();
+            assert_eq!(
+                rx.recv().unwrap(),
+                data,
+                "honest message {i} of {len} bytes"
+            );
+        }
+    }
+    // Let go by their owner: held regions are let go for new ones again.
+    for fd in &pinned {
+        set_state(fd, 2);
+    }
+    let last = region(8, 100);
+    send_region(&raw, &last, 100, 41);
+    assert_eq!(rx.recv().unwrap(), vec![8; 100]);
+    assert_eq!(state(&last), 2, "held again");
+    drop(rx);
+}
+
 #[test]
 fn oversized_packets_and_descriptor_floods() {
     let _check = fd_check();
