@@ -937,10 +937,16 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     let mut inline_ok = header(0, 0, 3, 0, 0);
     inline_ok.extend_from_slice(b"abc");
 
+    // A new region of `len` bytes of `fill`, sent and read.
+    let deliver = |fill: u8, len: usize, tag: u64| {
+        let fd = region(fill, len);
+        send_region(&raw, &fd, len as u64, tag);
+        assert_eq!(rx.recv().unwrap(), vec![fill; len], "region {tag}");
+        fd
+    };
+
     // The receiver holds a region it was sent, and says so in it.
-    let first = region(1, 1000);
-    send_region(&raw, &first, 1000, 11);
-    assert_eq!(rx.recv().unwrap(), vec![1; 1000]);
+    let first = deliver(1, 1000, 11);
     assert_eq!(state(&first), 2, "held");
     // Named again, after its owner rewrote it: the new bytes, copied out once.
     pwrite(&first, &[9; 500], PAYLOAD).unwrap();
@@ -958,18 +964,11 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     // Every region it holds marked busy by its owner: the receiver cannot let
     // go of any, so the next region is read once and kept nowhere ...
     let mut pinned = vec![first];
-    for (i, tag) in (21..24u64).enumerate() {
-        let fd = region(i as u8, 100);
-        send_region(&raw, &fd, 100, tag);
-        assert_eq!(rx.recv().unwrap(), vec![i as u8; 100]);
-        pinned.push(fd);
-    }
+    pinned.extend((21..24u64).map(|tag| deliver(tag as u8, 100, tag)));
     for fd in &pinned {
         set_state(fd, 3);
     }
-    let extra = region(7, 5000);
-    send_region(&raw, &extra, 5000, 31);
-    assert_eq!(rx.recv().unwrap(), vec![7; 5000]);
+    let extra = deliver(7, 5000, 31);
     assert_eq!(state(&extra), 0, "not held: free for its owner");
     kept(&raw, 10, 31);
     assert_eq!(
@@ -992,9 +991,7 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     for fd in &pinned {
         set_state(fd, 2);
     }
-    let last = region(8, 100);
-    send_region(&raw, &last, 100, 41);
-    assert_eq!(rx.recv().unwrap(), vec![8; 100]);
+    let last = deliver(8, 100, 41);
     assert_eq!(state(&last), 2, "held again");
     drop(rx);
 }

@@ -66,6 +66,19 @@ macro_rules! forward_primitives {
     )*};
 }
 
+/// Starts a compound the way postcard does (it writes a length or a variant
+/// index, if anything), then carries on as `Fast`: the compound's elements
+/// must come back through `Fast` too.
+macro_rules! forward_compounds {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[inline]
+        fn $method(self, $($arg: $ty),*) -> postcard::Result<Self> {
+            (&mut *self.0).$method($($arg),*)?;
+            Ok(self)
+        }
+    )*};
+}
+
 impl<'a, F: Flavor> Serializer for Fast<'a, F> {
     type Ok = ();
     type Error = postcard::Error;
@@ -141,58 +154,14 @@ impl<'a, F: Flavor> Serializer for Fast<'a, F> {
         value.serialize(self)
     }
 
-    #[inline]
-    fn serialize_seq(self, len: Option<usize>) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_seq(len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_tuple(self, len: usize) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_tuple(len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_tuple_struct(self, name: &'static str, len: usize) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_tuple_struct(name, len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_tuple_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_tuple_variant(name, index, variant, len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_map(self, len: Option<usize>) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_map(len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_struct(self, name: &'static str, len: usize) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_struct(name, len)?;
-        Ok(self)
-    }
-
-    #[inline]
-    fn serialize_struct_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> postcard::Result<Self> {
-        (&mut *self.0).serialize_struct_variant(name, index, variant, len)?;
-        Ok(self)
+    forward_compounds! {
+        serialize_seq(len: Option<usize>);
+        serialize_tuple(len: usize);
+        serialize_tuple_struct(name: &'static str, len: usize);
+        serialize_tuple_variant(name: &'static str, index: u32, variant: &'static str, len: usize);
+        serialize_map(len: Option<usize>);
+        serialize_struct(name: &'static str, len: usize);
+        serialize_struct_variant(name: &'static str, index: u32, variant: &'static str, len: usize);
     }
 
     fn collect_str<T: std::fmt::Display + ?Sized>(self, value: &T) -> postcard::Result<()> {
