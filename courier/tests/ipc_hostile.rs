@@ -1,6 +1,8 @@
 //! A hostile peer, generated: random sequences of packets (garbage, and
 //! headers and descriptor packets with random fields, some with descriptors
-//! attached) written raw into a receiver's socket. Whatever arrives, the
+//! attached: pipes, or sealed memfds that pass for payload regions, so that
+//! regions get held and named by later headers) written raw into a
+//! receiver's socket. Whatever arrives, the
 //! receiver must return values or typed errors (never panic or hang), close
 //! every descriptor it was sent, and still deliver a well-formed message
 //! sent after the storm.
@@ -35,6 +37,17 @@ enum Packet {
         count: u32,
         tag: u64,
     },
+    /// A well-formed region message (its header, then its descriptor packet
+    /// with a fresh sealed memfd): the receiver comes to hold the region.
+    Region {
+        total: u64,
+        tag: u64,
+    },
+    /// A well-formed header naming a held region by `tag`.
+    Kept {
+        total: u64,
+        tag: u64,
+    },
 }
 
 impl Packet {
@@ -65,18 +78,47 @@ impl Packet {
                 b.extend_from_slice(&tag.to_le_bytes());
                 b
             }
+            &Packet::Region { total, tag } => Packet::Header {
+                body: 2,
+                nfds: 1,
+                total,
+                kinds: 3,
+                tag,
+                payload: Vec::new(),
+            }
+            .bytes(),
+            &Packet::Kept { total, tag } => Packet::Header {
+                body: 3,
+                nfds: 0,
+                total,
+                kinds: 0,
+                tag,
+                payload: Vec::new(),
+            }
+            .bytes(),
+        }
+    }
+
+    /// Writes the packet (two, for a region) into `raw`, with `attach`
+    /// descriptors: regions or pipes.
+    fn send(&self, raw: &OwnedFd, attach: u8, regions: bool) {
+        send_raw(raw, &self.bytes(), attach, regions);
+        if let &Packet::Region { tag, .. } = self {
+            let fds = Packet::Fds { count: 1, tag };
+            send_raw(raw, &fds.bytes(), 1, true);
         }
     }
 }
 
-fn packet() -> impl Strategy<Value = (Packet, u8)> {
+fn packet() -> impl Strategy<Value = (Packet, u8, bool)> {
     let small_tag = 0u64..4;
     let garbage = proptest::collection::vec(any::<u8>(), 0..64).prop_map(Packet::Garbage);
     let header = (
         0u8..4,
         0u8..4,
         0u64..64,
-        0u128..256,
+        // Mostly kinds that fit the descriptor count: none, or one carrier.
+        prop_oneof![Just(0u128), Just(3u128), 0u128..256],
         small_tag.clone(),
         proptest::collection::vec(any::<u8>(), 0..48),
     )
@@ -88,14 +130,36 @@ fn packet() -> impl Strategy<Value = (Packet, u8)> {
             tag,
             payload,
         });
-    let fds = (0u32..4, small_tag).prop_map(|(count, tag)| Packet::Fds { count, tag });
-    // Each packet comes with 0..3 descriptors attached.
-    (prop_oneof![garbage, header, fds], 0u8..3)
+    let fds = (0u32..4, small_tag.clone()).prop_map(|(count, tag)| Packet::Fds { count, tag });
+    let region =
+        (0u64..64, small_tag.clone()).prop_map(|(total, tag)| Packet::Region { total, tag });
+    // Some past what a 256 KiB region holds.
+    let kept = (0u64..(300 << 10), small_tag).prop_map(|(total, tag)| Packet::Kept { total, tag });
+    // Each packet comes with 0..3 descriptors attached, pipes or regions.
+    (
+        prop_oneof![garbage, header, fds, region, kept],
+        0u8..3,
+        any::<bool>(),
+    )
 }
 
-fn send_raw(fd: &OwnedFd, bytes: &[u8], attach: u8) {
-    let pipes: Vec<_> = (0..attach).map(|_| rustix::pipe::pipe().unwrap()).collect();
-    let fds: Vec<_> = pipes.iter().map(|(r, _)| r.as_fd()).collect();
+/// A sealed memfd of 256 KiB, as a sender's payload region.
+fn region() -> OwnedFd {
+    use rustix::fs::{self, MemfdFlags, SealFlags};
+    let fd = fs::memfd_create("storm", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+    fs::ftruncate(&fd, 256 << 10).unwrap();
+    fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    fd
+}
+
+fn send_raw(fd: &OwnedFd, bytes: &[u8], attach: u8, regions: bool) {
+    let owned: Vec<OwnedFd> = (0..attach)
+        .map(|_| match regions {
+            true => region(),
+            false => rustix::pipe::pipe().unwrap().0,
+        })
+        .collect();
+    let fds: Vec<_> = owned.iter().map(|fd| fd.as_fd()).collect();
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
@@ -144,14 +208,14 @@ proptest! {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
             let rx = IpcBytesReceiver::from(theirs);
-            for (p, attach) in &packets {
-                send_raw(&raw, &p.bytes(), *attach);
+            for (p, attach, regions) in &packets {
+                p.send(&raw, *attach, *regions);
                 drain(|| rx.try_recv());
             }
             // A well-formed message still gets through, unless the storm left
             // messages waiting for descriptors ahead of it (then it queues
             // behind them; hang up to flush them as errors).
-            send_raw(&raw, &good(b"still here"), 0);
+            send_raw(&raw, &good(b"still here"), 0, false);
             drop(raw);
             let mut delivered = false;
             for _ in 0..100 {
@@ -174,8 +238,8 @@ proptest! {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
             let rx = IpcReceiver::<(u8, Option<IpcSender<u8>>)>::from(theirs);
-            for (p, attach) in &packets {
-                send_raw(&raw, &p.bytes(), *attach);
+            for (p, attach, regions) in &packets {
+                p.send(&raw, *attach, *regions);
                 drain(|| rx.try_recv());
             }
             drop(raw);
