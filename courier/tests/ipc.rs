@@ -22,7 +22,7 @@ use rustix::net::{
 use serde::{Deserialize, Serialize};
 
 mod common;
-use common::fd_check;
+use common::{fd_check, open_fds};
 
 /// Runs `f` with the process-wide configuration changed, then restores it.
 fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
@@ -1186,6 +1186,30 @@ fn kept_regions_carry_medium_and_large_messages_in_order() {
         assert_eq!(got.id, i);
         assert_eq!(got.data, pattern(32 << 10, i as u8));
     }
+}
+
+#[test]
+fn many_channels_keep_a_bounded_number_of_region_descriptors() {
+    let _check = fd_check();
+    let before = open_fds();
+    let channels: Vec<_> = (0..150).map(|_| ipc::bytes_channel().unwrap()).collect();
+    let sockets = open_fds() - before;
+    // Medium messages, enough on each channel for a region to be made and held.
+    for (i, (tx, rx)) in channels.iter().enumerate() {
+        for j in 0..4 {
+            let data = pattern(20_000, (i + j) as u8);
+            tx.send(&data).unwrap();
+            assert_eq!(rx.recv().unwrap(), data, "channel {i}, message {j}");
+        }
+    }
+    // Each side keeps at most 64 region descriptors for them; the channels
+    // past that carry their medium messages by socket.
+    let regions = open_fds() - before - sockets;
+    assert!(
+        regions <= 2 * 64,
+        "{regions} region descriptors for 150 channels"
+    );
+    assert!(regions >= 2, "regions are used at all");
 }
 
 #[test]

@@ -47,7 +47,10 @@
 //! region (unmaps it) only after turning `HELD` into free the same way, so a
 //! region named by a message in flight is never unmapped before the message
 //! is read. A receiver that moves to another process takes the regions it
-//! cannot let go of along, descriptors and all (`take_kept`).
+//! cannot let go of along, descriptors and all (`take_kept`). Held regions
+//! and regions made for medium messages each keep a descriptor open, so a
+//! process keeps at most [`MAX_KEPT_FDS`] of each; past that it falls back
+//! to the socket (medium messages) or to passing the descriptor each time.
 //!
 //! # Trust
 //! The receiver never trusts the sender's region: it checks the seals (so the
@@ -66,7 +69,7 @@
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use rustix::fs::{self, MemfdFlags, SealFlags};
@@ -102,6 +105,46 @@ const MIN_REGION: usize = 256 * 1024;
 /// as far as the message needs (a sealed sparse file of terabytes would map
 /// fine and eat the address space).
 const MAP_WHOLE: usize = 64 << 20;
+
+/// Descriptors a process keeps for regions on each side, beyond what large
+/// messages always needed: its senders' regions made for medium messages
+/// ([`Take::Kept`]), its receivers' held regions. Each region is a descriptor
+/// (a process gets 1,024 by default), and a process with many channels must
+/// not run out for them: past this many, medium messages go by socket and a
+/// receiver maps a region without holding it (so its descriptor comes with
+/// every message, as before kept regions).
+const MAX_KEPT_FDS: usize = 64;
+/// Regions this process's senders keep for medium messages.
+static SENDER_FDS: AtomicUsize = AtomicUsize::new(0);
+/// Regions this process's receivers hold.
+static HELD_FDS: AtomicUsize = AtomicUsize::new(0);
+
+/// One descriptor counted against [`MAX_KEPT_FDS`] while this lives.
+struct Counted(&'static AtomicUsize);
+
+impl Counted {
+    /// A place under the budget, if there is one left.
+    fn try_new(count: &'static AtomicUsize) -> Option<Counted> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_KEPT_FDS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Counted(count))
+    }
+
+    /// A place over the budget if need be (a region that must not be lost).
+    fn forced(count: &'static AtomicUsize) -> Counted {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// A shared mapping of a whole memfd, unmapped on drop.
 struct Mapping {
@@ -183,6 +226,8 @@ pub(crate) struct Region {
     /// The tag of the message that last carried the descriptor: the name
     /// the receiver knows the region by while it holds it.
     token: u64,
+    /// Its place under [`MAX_KEPT_FDS`], for a region made for medium messages.
+    _counted: Option<Counted>,
 }
 
 /// How a filled region reaches the receiver.
@@ -209,7 +254,12 @@ impl Region {
         let map = Mapping::map(fd.as_fd(), len)?;
         // Claimed from the start (sent by descriptor).
         map.state().store(BUSY, Ordering::Relaxed);
-        Ok(Region { fd, map, token: 0 })
+        Ok(Region {
+            fd,
+            map,
+            token: 0,
+            _counted: None,
+        })
     }
 
     fn capacity(&self) -> usize {
@@ -331,6 +381,7 @@ impl Pool {
             let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
             let claimed = (regions.iter().enumerate())
                 .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
+            let mut counted = None;
             if claimed.is_none() && take == Take::Kept {
                 let streak = match regions.is_empty() {
                     true => self.kept_asks.fetch_add(1, Ordering::Relaxed),
@@ -339,12 +390,23 @@ impl Pool {
                 if streak < FIRST_REGION_AFTER {
                     return Ok(None);
                 }
+                counted = Counted::try_new(&SENDER_FDS);
+                if counted.is_none() {
+                    return Ok(None);
+                }
             }
-            claimed.map(|(i, route)| (regions.swap_remove(i), route))
+            match claimed {
+                Some((i, route)) => Ok((regions.swap_remove(i), route)),
+                None => Err(counted),
+            }
         };
         let (mut region, route) = match reused {
-            Some(reused) => reused,
-            None => (Region::create(total)?, Route::Descriptor),
+            Ok(reused) => reused,
+            Err(counted) => {
+                let mut region = Region::create(total)?;
+                region._counted = counted;
+                (region, Route::Descriptor)
+            }
         };
         region.fill(parts, total);
         Ok(Some((region, route)))
@@ -368,9 +430,19 @@ struct Held {
     key: (u64, u64),
     /// The name kept messages use for it (see [`Route::Kept`]).
     token: u64,
-    /// Kept so the region can move with the receiver ([`MapCache::take_kept`]).
-    fd: OwnedFd,
+    /// `Some` if the region is held (its state says `HELD`, and kept messages
+    /// may name it): the descriptor, so the region can move with the
+    /// receiver ([`MapCache::take_kept`]), and its place under the budget.
+    /// `None`: mapped for reuse only, its descriptor comes with each message.
+    held: Option<(OwnedFd, Counted)>,
     map: Mapping,
+}
+
+impl Held {
+    /// Whether the receiver may unmap the region now: no message can name it.
+    fn releasable(&self) -> bool {
+        self.held.is_none() || self.map.release()
+    }
 }
 
 /// A receiver's cache of mapped regions, most recently used last.
@@ -420,11 +492,14 @@ impl MapCache {
         if let Some(i) = self.entries.iter().position(|e| e.key == key) {
             if self.entries[i].map.len >= need {
                 // Seals are never removed, and a cached inode is alive (our
-                // descriptor holds it) so cannot be reused: checking a
-                // region once, when it is first mapped, is enough.
-                let mut held = self.entries.remove(i);
-                held.token = token;
-                self.entries.push(held);
+                // mapping holds it) so cannot be reused: checking a region
+                // once, when it is first mapped, is enough.
+                let mut entry = self.entries.remove(i);
+                entry.token = token;
+                if entry.held.is_none() {
+                    entry.held = Counted::try_new(&HELD_FDS).map(|counted| (fd, counted));
+                }
+                self.entries.push(entry);
                 return self.copy_from_last(total, dst, split);
             }
             // Mapped too short for this message: map it again below.
@@ -438,7 +513,7 @@ impl MapCache {
         let map = Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
         if self.entries.len() >= CACHED_MAPPINGS {
             // Let go of the least recently used region no message names.
-            match self.entries.iter().position(|e| e.map.release()) {
+            match self.entries.iter().position(Held::releasable) {
                 Some(i) => drop(self.entries.remove(i)),
                 None => {
                     // All pinned: use this region once, and keep nothing.
@@ -454,7 +529,8 @@ impl MapCache {
         self.entries.push(Held {
             key,
             token,
-            fd,
+            // Over the budget: mapped for reuse, not held.
+            held: Counted::try_new(&HELD_FDS).map(|counted| (fd, counted)),
             map,
         });
         self.copy_from_last(total, dst, split)
@@ -472,7 +548,7 @@ impl MapCache {
         let i = self
             .entries
             .iter()
-            .position(|e| e.token == token)
+            .position(|e| e.token == token && e.held.is_some())
             .ok_or(WireError::BadRegion)?;
         // Checked against our own mapping, never the peer's `mapped` word.
         if REGION_HEADER + total > self.entries[i].map.len {
@@ -487,29 +563,35 @@ impl MapCache {
     /// A kept message naming `token` was refused: the region is free again
     /// for its sender (and still held).
     pub(crate) fn skip_kept(&mut self, token: u64) {
-        if let Some(held) = self.entries.iter().find(|e| e.token == token) {
-            held.map.state().store(HELD, Ordering::Release);
+        if let Some(entry) = (self.entries.iter()).find(|e| e.token == token && e.held.is_some()) {
+            entry.map.state().store(HELD, Ordering::Release);
         }
     }
 
     /// Copies out of the most recently used entry, which maps at least
-    /// `REGION_HEADER + total` bytes, and marks it held.
+    /// `REGION_HEADER + total` bytes, and marks it held (or free, if it is
+    /// only mapped).
     fn copy_from_last(
         &mut self,
         total: usize,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
-        let held = self.entries.last().ok_or(WireError::BadRegion)?;
+        let entry = self.entries.last().ok_or(WireError::BadRegion)?;
+        let map = &entry.map;
         // SAFETY: every caller checked `REGION_HEADER + total <= map.len`,
         // and a cached region is sealed against shrinking.
-        let split_off = unsafe { copy_raw(&held.map, total, dst, split)? };
-        held.map
-            .mapped()
-            .store(held.map.len as u64, Ordering::Relaxed);
+        let split_off = unsafe { copy_raw(map, total, dst, split)? };
+        let state = match entry.held {
+            Some(_) => {
+                map.mapped().store(map.len as u64, Ordering::Relaxed);
+                HELD
+            }
+            None => FREE,
+        };
         // SYNC POINT: sender's `Acquire` in `Region::claim`: the copy above
         // is done before the sender may overwrite the payload.
-        held.map.state().store(HELD, Ordering::Release);
+        map.state().store(state, Ordering::Release);
         Ok(split_off)
     }
 
@@ -519,12 +601,19 @@ impl MapCache {
     pub(crate) fn take_kept(&mut self) -> Vec<KeptRegion> {
         self.entries
             .drain(..)
-            .filter(|e| !e.map.release())
-            .map(|e| KeptRegion {
-                token: e.token,
-                len: e.map.len as u64,
-                fd: e.fd,
-            })
+            .filter(|e| !e.releasable())
+            .filter_map(
+                |Held {
+                     token, held, map, ..
+                 }| {
+                    let (fd, _counted) = held?;
+                    Some(KeptRegion {
+                        token,
+                        len: map.len as u64,
+                        fd,
+                    })
+                },
+            )
             .collect()
     }
 
@@ -551,7 +640,8 @@ impl MapCache {
         self.entries.push(Held {
             key: (stat.st_dev, stat.st_ino),
             token: region.token,
-            fd: region.fd,
+            // It must be held (messages on their way may name it), budget or not.
+            held: Some((region.fd, Counted::forced(&HELD_FDS))),
             map,
         });
         Ok(())
