@@ -960,6 +960,14 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     );
     raw_send(&raw, &inline_ok, &[]);
     assert_eq!(rx.recv().unwrap(), b"abc");
+    // Named for a length whose end overflows, to a receiver without a limit.
+    rx.set_max_message_size(u64::MAX);
+    kept(&raw, u64::MAX - 63, 11);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "overflowing"),
+        Some(WireError::BadRegion)
+    );
+    rx.set_max_message_size(1 << 30);
 
     // Every region it holds marked busy by its owner: the receiver cannot let
     // go of any, so the next region is read once and kept nowhere ...
@@ -994,6 +1002,35 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     let last = deliver(8, 100, 41);
     assert_eq!(state(&last), 2, "held again");
     drop(rx);
+}
+
+/// A receiver that moves while a hostile owner pins a region of an odd size
+/// (not a whole number of pages) moves whole: the region comes along.
+#[test]
+fn a_receiver_moves_whole_past_a_pinned_region_of_odd_size() {
+    use rustix::fs::{self, MemfdFlags, SealFlags};
+    use rustix::io::pwrite;
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let (carrier_tx, carrier_rx) = ipc::channel::<IpcBytesReceiver>().unwrap();
+    let odd = fs::memfd_create("odd", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+    fs::ftruncate(&odd, 100_001).unwrap();
+    fs::fcntl_add_seals(&odd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    pwrite(&odd, &[5; 1000], 64).unwrap();
+    raw_send(&raw, &header(2, 1, 1000, 3, 77), &[]);
+    raw_send(&raw, &fd_packet(1, 77), &[odd.as_fd()]);
+    assert_eq!(rx.recv().unwrap(), vec![5; 1000]);
+    // Pinned (held, and busy as if a kept message were on its way), then a
+    // kept message and a plain one, both still on the socket when it moves.
+    pwrite(&odd, &3u32.to_le_bytes(), 0).unwrap();
+    raw_send(&raw, &header(3, 0, 900, 0, 77), &[]);
+    let mut inline_ok = header(0, 0, 3, 0, 0);
+    inline_ok.extend_from_slice(b"abc");
+    raw_send(&raw, &inline_ok, &[]);
+    carrier_tx.send(rx).unwrap();
+    let rx = carrier_rx.recv().unwrap();
+    assert_eq!(rx.recv().unwrap(), vec![5; 900]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
 }
 
 #[test]

@@ -34,10 +34,11 @@ pub struct Config {
     /// (`IpcReceiver::set_max_message_size`).
     pub max_message_size: u64,
     /// How messages too large for one packet (about 208 KiB with Linux's
-    /// default socket buffer) travel. Messages that fit one packet always go
-    /// through the socket: below that size a region measured no faster here
-    /// in one thread, and slower across processes (the descriptor passing
-    /// costs more than the copy it saves).
+    /// default socket buffer) travel. With `SharedMemory` (the default),
+    /// messages from 7 KiB up to one packet also go through a region when
+    /// the receiver already holds one that is free (no descriptor passed:
+    /// two copies beat the kernel's from 8 KiB), and through the socket
+    /// otherwise; with `Fragments`, no region is ever used.
     pub large_messages: LargeMessages,
     /// How long a receiver waits for the next fragment of a fragmented
     /// message before it gives up with `WireError::FragmentTimeout`

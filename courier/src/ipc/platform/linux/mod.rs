@@ -213,6 +213,12 @@ thread_local! {
 /// each fork, one more than in its parent).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
+/// Forks this process has seen (see [`FORKS`]); watched from the first call.
+pub(crate) fn forks() -> u64 {
+    watch_forks();
+    FORKS.load(Ordering::Relaxed)
+}
+
 /// Registers the `fork` hook that bumps [`FORKS`] in the child, once.
 fn watch_forks() {
     extern "C" fn in_child() {
@@ -423,6 +429,9 @@ impl OsSender {
             // Held, but channels need a descriptor packet anyway: sending
             // the region's descriptor too makes this tag its new token.
             Route::Kept(_) | Route::Descriptor => {
+                if matches!(route, Route::Kept(_)) {
+                    region.unhold();
+                }
                 let tag = random_tag();
                 region.set_token(tag);
                 let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
@@ -771,7 +780,9 @@ impl OsReceiver {
                 len: r.len,
                 fd: r.fd.0,
             };
-            state.regions.hold(region, limit)?;
+            // A region that cannot be held is left out: the messages that
+            // name it fail alone (`BadRegion`), not the whole receiver.
+            let _ = state.regions.hold(region, limit);
         }
         Ok(OsReceiver {
             fd,

@@ -24,8 +24,10 @@
 //! 64 KiB packet. So once a receiver holds a region, the sender names it
 //! instead: a data packet of [`Body::Kept`](crate::ipc::wire::Body::Kept)
 //! whose tag is the region's **token**, the random tag of the message that
-//! last carried its descriptor. Only the receiver saw that tag, so no other
-//! sender to the same receiver can name a region that is not its own. A
+//! last carried its descriptor. Only the receiver (and the sending process)
+//! saw that tag, so no other sender to the same receiver can name a region
+//! that is not its own; a forked child forgets the regions of its parent's
+//! pools rather than share their tokens (`Pool::lock`). A
 //! message then costs one header-sized packet and two `memcpy`s, no kernel
 //! copy of the payload at all, and that beats the socket from 8 KiB up
 //! (`courier-bench --example framing`, the `kept` column).
@@ -43,10 +45,13 @@
 //! ```
 //!
 //! The sender sends a kept message only after turning `HELD` into
-//! `HELD | BUSY` with a compare-and-swap, and the receiver lets go of a
+//! `HELD | BUSY` with a compare-and-swap, and the receiver lets go of a held
 //! region (unmaps it) only after turning `HELD` into free the same way, so a
 //! region named by a message in flight is never unmapped before the message
-//! is read. A receiver that moves to another process takes the regions it
+//! is read. A region passed by descriptor is `BUSY` without `HELD`: its
+//! message brings the descriptor, so the receiver may unmap it meanwhile,
+//! and a message of that kind that is never read (refused, given up) pins
+//! nothing. A receiver that moves to another process takes the regions it
 //! cannot let go of along, descriptors and all (`take_kept`). Held regions
 //! and regions made for medium messages each keep a descriptor open, so a
 //! process keeps at most [`MAX_KEPT_FDS`] of each; past that it falls back
@@ -59,11 +64,14 @@
 //! `total` against the length it mapped itself, never the `mapped` word. A
 //! sender that keeps writing into a region it sent can only corrupt the bytes
 //! of its own message, which the receiver copies out once and then validates
-//! like any other payload; one that sets `BUSY` and sends nothing can only
-//! keep its own region mapped (a receiver holds at most [`CACHED_MAPPINGS`];
-//! past that, regions are copied out and let go). A receiver that clears the
-//! state word early can only make the sender overwrite the bytes it is still
-//! copying.
+//! like any other payload (the copy races with the peer's writes by design,
+//! as in any shared-memory transport: it is a plain byte copy out of memory
+//! no Rust reference points into). One that sets `HELD | BUSY` and sends
+//! nothing can only keep its own regions mapped (a receiver holds at most
+//! [`CACHED_MAPPINGS`]; past that, regions are copied out and let go), and
+//! a moved receiver leaves behind any region it cannot map again, so only
+//! the messages naming it fail. A receiver that clears the state word early
+//! can only make the sender overwrite the bytes it is still copying.
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
@@ -198,15 +206,19 @@ impl Mapping {
         unsafe { self.ptr.as_ptr().add(REGION_HEADER) }
     }
 
-    /// Lets go of the region, if no message naming it can be in flight:
-    /// `HELD` (or any state without `BUSY`) becomes `FREE`, so its sender
-    /// sends the descriptor again next time.
+    /// Lets go of the region unless a kept message may be naming it
+    /// (`HELD | BUSY`): a held region becomes `FREE`, so its sender passes
+    /// the descriptor again next time; one not held (free, or busy with a
+    /// message that brings its own descriptor) is left as it is.
     fn release(&self) -> bool {
-        let state = self.state().load(Ordering::Relaxed);
-        state & BUSY == 0
-            && self
-                .state()
-                .compare_exchange(state, FREE, Ordering::Relaxed, Ordering::Relaxed)
+        let state = self.state();
+        let now = state.load(Ordering::Relaxed);
+        if now & HELD == 0 {
+            return true;
+        }
+        now & BUSY == 0
+            && state
+                .compare_exchange(now, FREE, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
     }
 }
@@ -308,6 +320,13 @@ impl Region {
         claimed.then_some(Route::Descriptor)
     }
 
+    /// Claimed as held, but sent by descriptor after all (the message carries
+    /// channels): no kept message names it, so the receiver may let go of it
+    /// even if this message is never read (refused, or given up).
+    pub(crate) fn unhold(&self) {
+        self.map.state().store(BUSY, Ordering::Relaxed);
+    }
+
     /// A kept message naming the region could not be sent: no payload is in
     /// flight after all.
     pub(crate) fn unclaim(&self) {
@@ -339,11 +358,33 @@ impl Region {
 /// A sender's pool of regions (one per destination: see `OsSender`).
 #[derive(Default)]
 pub(crate) struct Pool {
-    regions: Mutex<Vec<Region>>,
+    regions: Mutex<Regions>,
     /// [`Take::Kept`] requests met by an empty pool: the first
     /// [`FIRST_REGION_AFTER`] go by socket, so that a channel carrying one
     /// or two messages (a reply channel) never pays for a region.
     kept_asks: AtomicU32,
+}
+
+/// A pool's regions, and the fork count they were made under: a forked
+/// child forgets its parent's regions (both would claim them, and their
+/// tokens would part ways as soon as one of them passed a descriptor again).
+#[derive(Default)]
+struct Regions {
+    list: Vec<Region>,
+    forks: u64,
+}
+
+impl Pool {
+    /// The regions, once a fork since they were made has been dealt with.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Regions> {
+        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let forks = super::forks();
+        if regions.forks != forks {
+            regions.list.clear();
+            regions.forks = forks;
+        }
+        regions
+    }
 }
 
 /// [`Take::Kept`] requests an empty pool turns down before it creates a region.
@@ -378,7 +419,8 @@ impl Pool {
         take: Take,
     ) -> Result<Option<(Region, Route)>, Errno> {
         let reused = {
-            let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = self.lock();
+            let regions = &mut guard.list;
             let claimed = (regions.iter().enumerate())
                 .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
             let mut counted = None;
@@ -403,7 +445,12 @@ impl Pool {
         let (mut region, route) = match reused {
             Ok(reused) => reused,
             Err(counted) => {
-                let mut region = Region::create(total)?;
+                let mut region = match Region::create(total) {
+                    Ok(region) => region,
+                    // A medium message still has the socket.
+                    Err(_) if take == Take::Kept => return Ok(None),
+                    Err(e) => return Err(e),
+                };
                 region._counted = counted;
                 (region, Route::Descriptor)
             }
@@ -416,7 +463,8 @@ impl Pool {
     /// frees it. A full pool forgets its oldest region (the receiver may still
     /// hold it; its mapping keeps the memory alive until it is done).
     pub(crate) fn put(&self, region: Region) {
-        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.lock();
+        let regions = &mut guard.list;
         if regions.len() >= POOL_REGIONS {
             regions.remove(0);
         }
@@ -482,6 +530,8 @@ impl MapCache {
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
+        // Which region (`st_dev`, `st_ino`), and a first look at its size;
+        // trusted only for a region mapped before, sealed by then.
         let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < total {
@@ -505,8 +555,16 @@ impl MapCache {
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
         }
+        // Seals first, then the size: a region sealed against shrinking can
+        // no longer get shorter than what we map (a size read before the
+        // seals could be stale, and mapping past the end raises `SIGBUS`).
         let seals = fs::fcntl_get_seals(&fd).map_err(|_| WireError::BadRegion)?;
         if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(WireError::BadRegion);
+        }
+        let size = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?.st_size;
+        let size = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
+        if size < REGION_HEADER || size - REGION_HEADER < total {
             return Err(WireError::BadRegion);
         }
         let len = if size <= MAP_WHOLE { size } else { need };
@@ -551,7 +609,7 @@ impl MapCache {
             .position(|e| e.token == token && e.held.is_some())
             .ok_or(WireError::BadRegion)?;
         // Checked against our own mapping, never the peer's `mapped` word.
-        if REGION_HEADER + total > self.entries[i].map.len {
+        if total > self.entries[i].map.len.saturating_sub(REGION_HEADER) {
             self.skip_kept(token);
             return Err(WireError::BadRegion);
         }
@@ -623,16 +681,16 @@ impl MapCache {
         if self.entries.len() >= CACHED_MAPPINGS {
             return Err(WireError::BadRegion);
         }
-        let stat = fs::fstat(&region.fd).map_err(|_| WireError::BadRegion)?;
+        // Seals before size, as in `copy_out`.
         let seals = fs::fcntl_get_seals(&region.fd).map_err(|_| WireError::BadRegion)?;
+        let stat = fs::fstat(&region.fd).map_err(|_| WireError::BadRegion)?;
         let size = u64::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
         let sane = seals.contains(SealFlags::SHRINK | SealFlags::GROW)
             && region.len <= size
             && len > REGION_HEADER
             && (len <= MAP_WHOLE
-                || region.len <= limit.saturating_add((REGION_HEADER + PAGE) as u64))
-            && len % PAGE == 0;
+                || region.len <= limit.saturating_add((REGION_HEADER + PAGE) as u64));
         if !sane {
             return Err(WireError::BadRegion);
         }
@@ -663,7 +721,9 @@ unsafe fn copy_raw(
     let src = map.payload();
     // The sender may still write the source: we copy raw bytes, never form
     // a reference to them, and the result is validated as untrusted input.
-    match split.filter(|s| s.layout.at + s.layout.len <= total) {
+    let fits =
+        |s: &Split<'_>| (s.layout.at.checked_add(s.layout.len)).is_some_and(|end| end <= total);
+    match split.filter(fits) {
         Some(Split { layout, string }) => {
             let end = layout.at + layout.len;
             string.clear();
