@@ -35,10 +35,11 @@ pub struct Config {
     pub max_message_size: u64,
     /// How messages too large for one packet (about 208 KiB with Linux's
     /// default socket buffer) travel. With `SharedMemory` (the default),
-    /// messages from 7 KiB up to one packet also go through a region when
-    /// the receiver already holds one that is free (no descriptor passed:
-    /// two copies beat the kernel's from 8 KiB), and through the socket
-    /// otherwise; with `Fragments`, no region is ever used.
+    /// messages over 7 KiB up to one packet also go through a region once
+    /// the receiver holds one that is free (after its first such message,
+    /// which passes the descriptor, no descriptor is passed: two copies beat
+    /// the kernel's from 8 KiB), and through the socket otherwise; with
+    /// `Fragments`, no region is ever used.
     pub large_messages: LargeMessages,
     /// How long a receiver waits for the next fragment of a fragmented
     /// message before it gives up with `WireError::FragmentTimeout`

@@ -324,7 +324,12 @@ impl Region {
     /// channels): no kept message names it, so the receiver may let go of it
     /// even if this message is never read (refused, or given up).
     pub(crate) fn unhold(&self) {
-        self.map.state().store(BUSY, Ordering::Relaxed);
+        let _ = (self.map.state()).compare_exchange(
+            HELD | BUSY,
+            BUSY,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// A kept message naming the region could not be sent: no payload is in
@@ -410,7 +415,8 @@ pub(crate) enum Take {
 
 impl Pool {
     /// A region holding a copy of `parts` (`total` bytes), ready to send by
-    /// the route returned; `None` if `take` allows none. Give it back with
+    /// the route returned; `None` if `take` allows none (or, for a medium
+    /// message, none can be made). Give it back with
     /// [`Pool::put`] once it has been sent.
     pub(crate) fn take_filled(
         &self,
@@ -425,9 +431,12 @@ impl Pool {
                 .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
             let mut counted = None;
             if claimed.is_none() && take == Take::Kept {
-                let streak = match regions.is_empty() {
-                    true => self.kept_asks.fetch_add(1, Ordering::Relaxed),
-                    false => 0,
+                // A second region when the first is busy (in flight, or left
+                // busy by a message the receiver refused); none past that.
+                let streak = match regions.len() {
+                    0 => self.kept_asks.fetch_add(1, Ordering::Relaxed),
+                    n if n < POOL_REGIONS => FIRST_REGION_AFTER,
+                    _ => 0,
                 };
                 if streak < FIRST_REGION_AFTER {
                     return Ok(None);
@@ -447,7 +456,9 @@ impl Pool {
             Err(counted) => {
                 let mut region = match Region::create(total) {
                     Ok(region) => region,
-                    // A medium message still has the socket.
+                    // A medium message still has the socket, whole. (A large
+                    // one fails: in fragments, a thread sending to itself
+                    // would block on its own receiver.)
                     Err(_) if take == Take::Kept => return Ok(None),
                     Err(e) => return Err(e),
                 };
@@ -635,7 +646,12 @@ impl MapCache {
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
-        let entry = self.entries.last().ok_or(WireError::BadRegion)?;
+        let entry = self.entries.last_mut().ok_or(WireError::BadRegion)?;
+        if entry.held.is_some() && HELD_FDS.load(Ordering::Relaxed) > MAX_KEPT_FDS {
+            // Over the budget (regions that came with a moved receiver are
+            // held whatever it says): this one was named for the last time.
+            entry.held = None;
+        }
         let map = &entry.map;
         // SAFETY: every caller checked `REGION_HEADER + total <= map.len`,
         // and a cached region is sealed against shrinking.
