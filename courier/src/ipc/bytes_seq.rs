@@ -47,6 +47,9 @@ where
         .map_err(|_| postcard::Error::SerializeBufferFull)
 }
 
+/// What serde's impls for `Vec<u8>`, `[u8]` and the like iterate.
+type ByteIter<'a> = std::slice::Iter<'a, u8>;
+
 /// postcard's serializer, except for [`Serializer::collect_seq`].
 pub(crate) struct Fast<'a, F: Flavor>(&'a mut postcard::Serializer<F>);
 
@@ -177,12 +180,12 @@ impl<'a, F: Flavor> Serializer for Fast<'a, F> {
         I::Item: Serialize,
     {
         let iter = iter.into_iter();
-        if typeid::of::<I::IntoIter>() == TypeId::of::<std::slice::Iter<'static, u8>>() {
+        if typeid::of::<I::IntoIter>() == TypeId::of::<ByteIter<'static>>() {
+            let iter = ManuallyDrop::new(iter);
             // SAFETY: `I::IntoIter` is `slice::Iter<'_, u8>` (equal `TypeId`s: the same type up
             // to lifetimes, which do not change its layout), and the slice it hands out is
             // only read during this call, while the caller's value it borrows is alive.
-            let bytes: std::slice::Iter<'_, u8> =
-                unsafe { std::mem::transmute_copy(&ManuallyDrop::new(iter)) };
+            let bytes: ByteIter<'_> = unsafe { std::mem::transmute_copy(&*iter) };
             return (&mut *self.0).serialize_bytes(bytes.as_slice());
         }
         let len = match iter.size_hint() {
