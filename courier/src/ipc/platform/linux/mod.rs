@@ -823,6 +823,19 @@ impl OsReceiver {
         limit: u64,
     ) -> Result<(Vec<OwnedFd>, bool), RecvError> {
         let mut state = self.state.borrow_mut();
+        // The steady state of small messages takes a shorter path; anything
+        // else it reads is handed to the loop as the loop's own read.
+        let mut first = None;
+        if state.ready.is_empty()
+            && state.waiting.is_empty()
+            && self.packet_guess.get() <= SCATTER_MIN
+        {
+            let dontwait = !matches!(wait, Wait::Block);
+            match self.read_plain(&state, dst, limit, dontwait) {
+                Ok(()) => return Ok((Vec::new(), false)),
+                Err(other) => first = Some(other),
+            }
+        }
         loop {
             if let Some(ready) = state.ready.pop_front() {
                 *dst = ready.data;
@@ -835,7 +848,10 @@ impl OsReceiver {
             // otherwise read without blocking (a descriptor packet normally
             // follows its message at once) and wait below, with a deadline.
             let dontwait = !matches!(wait, Wait::Block) || !state.waiting.is_empty();
-            let read = match self.read(&state, dst, split.as_mut(), limit, dontwait) {
+            let read = match first
+                .take()
+                .unwrap_or_else(|| self.read(&state, dst, split.as_mut(), limit, dontwait))
+            {
                 Err(RecvError::Disconnected) if !state.waiting.is_empty() => {
                     // The stream ended before the announced descriptors.
                     state.waiting.clear();
@@ -1015,6 +1031,53 @@ impl OsReceiver {
         })
     }
 
+    /// [`read_small`](Self::read_small) with the common case done in place:
+    /// a packet holding a whole message without descriptors is copied into
+    /// `dst` and done with (`Ok`); any other packet, or an error, is what
+    /// `read_small` makes of it (`Err`), for `recv_message`'s loop. About a
+    /// tenth of the user-space cost of a 64-byte message less than the loop's
+    /// general path, which moves a `Read` and a `Header` around for it.
+    #[inline]
+    fn read_plain(
+        &self,
+        state: &RecvState,
+        dst: &mut Vec<u8>,
+        limit: u64,
+        dontwait: bool,
+    ) -> Result<(), Result<Read, RecvError>> {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let room = socket::max_packet();
+            if scratch.capacity() < room {
+                *scratch = Vec::with_capacity(room);
+            }
+            let scratch = scratch.spare_capacity_mut();
+            let len = socket::recv_whole(self.fd(), scratch, dontwait)
+                .map_err(|e| Err(RecvError::from(e)))?;
+            if let Some(packet) = scratch.get(..len) {
+                // SAFETY: `recv` initialised the first `len` bytes of `scratch`.
+                let packet = unsafe { socket::assume_init(packet) };
+                if let Some((header, payload)) = packet.split_first_chunk::<HEADER_LEN>() {
+                    let total = payload.len() as u64;
+                    if let Ok(h) = Header::decode(header) {
+                        if h.body == Body::Inline
+                            && h.nfds == 0
+                            && h.total == total
+                            && total <= limit
+                        {
+                            dst.clear();
+                            dst.extend_from_slice(payload);
+                            self.guess.set(payload.len());
+                            self.packet_guess.set(payload.len());
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            Err(self.small_packet(state, scratch, len, dst, limit))
+        })
+    }
+
     /// `recv(2)` of the whole packet into `scratch`, then the payload copied
     /// into `dst`. Descriptors attached to the packet are discarded by the
     /// kernel (a data packet never legitimately has any).
@@ -1027,6 +1090,20 @@ impl OsReceiver {
         dontwait: bool,
     ) -> Result<Read, RecvError> {
         let len = socket::recv_whole(self.fd(), scratch, dontwait)?;
+        self.small_packet(state, scratch, len, dst, limit)
+    }
+
+    /// The packet of `len` bytes [`read_small`](Self::read_small) received
+    /// into `scratch` (`len` exceeds `scratch.len()` if it did not fit).
+    fn small_packet(
+        &self,
+        state: &RecvState,
+        scratch: &[MaybeUninit<u8>],
+        len: usize,
+        dst: &mut Vec<u8>,
+        limit: u64,
+    ) -> Result<Read, RecvError> {
+        dst.clear();
         if len == 0 {
             return Err(self.empty_packet());
         }
