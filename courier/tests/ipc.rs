@@ -952,6 +952,20 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     pwrite(&first, &[9; 500], PAYLOAD).unwrap();
     kept(&raw, 500, 11);
     assert_eq!(rx.recv().unwrap(), vec![9; 500]);
+    // Named with a skew: the payload is read from that far in ...
+    pwrite(&first, &[5; 300], PAYLOAD + 63).unwrap();
+    let mut skewed = header(3, 0, 300, 0, 11);
+    skewed[6] = 63;
+    raw_send(&raw, &skewed, &[]);
+    assert_eq!(rx.recv().unwrap(), vec![5; 300]);
+    // ... and a skew that takes it past the mapping is refused.
+    let mut skewed = header(3, 0, REGION - PAYLOAD, 0, 11);
+    skewed[6] = 1;
+    raw_send(&raw, &skewed, &[]);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "skewed past the mapping"),
+        Some(WireError::BadRegion)
+    );
     // Named for more than the receiver mapped: refused, the channel goes on.
     kept(&raw, REGION, 11);
     assert_eq!(

@@ -412,14 +412,16 @@ impl OsSender {
         take: Take,
     ) -> Option<Result<(), SendError>> {
         let pool = &self.inner.pool;
-        let (mut region, route) = match pool.take_filled(parts, total, take) {
+        let (mut region, route, skew) = match pool.take_filled(parts, total, take) {
             Ok(Some(taken)) => taken,
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
         let sent = match route {
             Route::Kept(token) if channels.is_empty() => {
-                let header = Header::new(Body::Kept, total, 0, token).encode();
+                let header = Header::new(Body::Kept, total, 0, token)
+                    .skewed(skew)
+                    .encode();
                 let sent = socket::send_small(self.fd(), &header, &[], 0);
                 if sent.is_err() {
                     region.unclaim();
@@ -434,7 +436,9 @@ impl OsSender {
                 }
                 let tag = random_tag();
                 region.set_token(tag);
-                let header = Header::new(Body::SharedMemory, total, channels.len(), tag).encode();
+                let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
+                    .skewed(skew)
+                    .encode();
                 socket::send(self.fd(), &[IoSlice::new(&header)], &[])
                     .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
@@ -964,6 +968,8 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
+        // Where a region's payload lies: `skew` bytes in, `total` long.
+        let span = (usize::from(header.skew), total);
         let mut in_packet = total;
         match header.body {
             Body::Inline => {}
@@ -979,11 +985,11 @@ impl OsReceiver {
                 let split = split.filter(|_| fds.is_empty());
                 split_off = state
                     .regions
-                    .copy_out(carrier, header.tag, total, dst, split)?;
+                    .copy_out(carrier, header.tag, span, dst, split)?;
                 in_packet = 0;
             }
             Body::Kept => {
-                split_off = state.regions.copy_kept(header.tag, total, dst, split)?;
+                split_off = state.regions.copy_kept(header.tag, span, dst, split)?;
                 in_packet = 0;
             }
         }

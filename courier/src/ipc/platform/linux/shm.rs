@@ -34,10 +34,10 @@
 //!
 //! ```text
 //!  region (memfd, sealed: F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-//!  +------------+-------+-------------+------------------------------------+
-//!  | state: u32 |       | mapped: u64 | payload (the message's `total`)    |
-//!  +------------+-------+-------------+------------------------------------+
-//!  0                    8             REGION_HEADER (64)           st_size
+//!  +------------+-------+-------------+------+------------------------------+
+//!  | state: u32 |       | mapped: u64 | skew | payload (`total` bytes)      |
+//!  +------------+-------+-------------+------+------------------------------+
+//!  0                    8             REGION_HEADER (64)             st_size
 //!
 //!  state: BUSY (bit 0) a payload is in flight (set by the sender)
 //!         HELD (bit 1) the receiver maps `mapped` bytes of the region and
@@ -85,6 +85,7 @@ use rustix::io::Errno;
 use rustix::mm::{self, MapFlags, ProtFlags};
 
 use crate::ipc::err::WireError;
+use crate::ipc::wire::SKEW_ALIGN;
 
 use super::Split;
 
@@ -287,11 +288,12 @@ impl Region {
         self.token = token;
     }
 
-    /// Claims the region for a payload of `total` bytes: by its token if the
-    /// receiver holds a mapping that covers it, else (if `take` allows) by
-    /// descriptor, if no payload is in flight.
-    fn claim(&self, total: usize, take: Take) -> Option<Route> {
-        if self.capacity() < total {
+    /// Claims the region for a payload that reaches `extent` bytes into the
+    /// payload area (its skew included): by its token if the receiver holds
+    /// a mapping that covers it, else (if `take` allows) by descriptor, if
+    /// no payload is in flight.
+    fn claim(&self, extent: usize, take: Take) -> Option<Route> {
+        if self.capacity() < extent {
             return None;
         }
         let state = self.map.state();
@@ -299,7 +301,7 @@ impl Region {
         // (or of `FREE`); after it, the receiver no longer reads the payload
         // we overwrite.
         let now = state.load(Ordering::Acquire);
-        let covered = self.map.mapped().load(Ordering::Relaxed) >= (REGION_HEADER + total) as u64;
+        let covered = self.map.mapped().load(Ordering::Relaxed) >= (REGION_HEADER + extent) as u64;
         if now == HELD
             && covered
             && state
@@ -343,13 +345,20 @@ impl Region {
         );
     }
 
-    /// Copies `parts` (`total` bytes in all) into the payload area.
-    fn fill(&mut self, parts: &[IoSlice<'_>], total: usize) {
-        assert!(total <= self.capacity(), "region too small for its payload");
-        let mut at = 0;
+    /// Copies `parts` (`total` bytes in all) into the payload area, `skew`
+    /// bytes into it.
+    fn fill(&mut self, parts: &[IoSlice<'_>], skew: usize, total: usize) {
+        assert!(
+            skew + total <= self.capacity(),
+            "region too small for its payload"
+        );
+        let mut at = skew;
         for part in parts {
-            assert!(at + part.len() <= total, "parts longer than their total");
-            // SAFETY: `at + part.len() <= total <= capacity` (asserted), so
+            assert!(
+                at + part.len() <= skew + total,
+                "parts longer than their total"
+            );
+            // SAFETY: `at + part.len() <= skew + total <= capacity` (asserted), so
             // the destination range lies in the mapping's payload area; the
             // source is a live slice and cannot overlap our mapping.
             unsafe {
@@ -392,6 +401,16 @@ impl Pool {
     }
 }
 
+/// How far into a region's payload area `parts` go: so far that the second
+/// part (a typed message's byte string, the bulk of it) starts on a cache
+/// line, as a bytes channel's one part does (see `wire`'s `skew`).
+fn skew(parts: &[IoSlice<'_>]) -> usize {
+    match parts {
+        [head, _, ..] => (SKEW_ALIGN - head.len() % SKEW_ALIGN) % SKEW_ALIGN,
+        _ => 0,
+    }
+}
+
 /// [`Take::Kept`] requests an empty pool turns down before it creates a region.
 const FIRST_REGION_AFTER: u32 = 2;
 
@@ -414,21 +433,24 @@ pub(crate) enum Take {
 }
 
 impl Pool {
-    /// A region holding a copy of `parts` (`total` bytes), ready to send by
-    /// the route returned; `None` if `take` allows none (or, for a medium
-    /// message, none can be made). Give it back with
-    /// [`Pool::put`] once it has been sent.
+    /// A region holding a copy of `parts` (`total` bytes) `skew` bytes into
+    /// its payload area, ready to send by the route returned, and that
+    /// skew; `None` if `take` allows none (or, for a medium message, none
+    /// can be made). Give it back with [`Pool::put`] once it has been sent.
     pub(crate) fn take_filled(
         &self,
         parts: &[IoSlice<'_>],
         total: usize,
         take: Take,
-    ) -> Result<Option<(Region, Route)>, Errno> {
+    ) -> Result<Option<(Region, Route, usize)>, Errno> {
+        let skew = skew(parts);
+        // In memory, so far below `usize::MAX`.
+        let extent = total + skew;
         let reused = {
             let mut guard = self.lock();
             let regions = &mut guard.list;
             let claimed = (regions.iter().enumerate())
-                .find_map(|(i, r)| r.claim(total, take).map(|route| (i, route)));
+                .find_map(|(i, r)| r.claim(extent, take).map(|route| (i, route)));
             let mut counted = None;
             if claimed.is_none() && take == Take::Kept {
                 // A second region when the first is busy (in flight, or left
@@ -454,7 +476,7 @@ impl Pool {
         let (mut region, route) = match reused {
             Ok(reused) => reused,
             Err(counted) => {
-                let mut region = match Region::create(total) {
+                let mut region = match Region::create(extent) {
                     Ok(region) => region,
                     // A medium message still has the socket, whole. (A large
                     // one fails: in fragments, a thread sending to itself
@@ -466,8 +488,8 @@ impl Pool {
                 (region, Route::Descriptor)
             }
         };
-        region.fill(parts, total);
-        Ok(Some((region, route)))
+        region.fill(parts, skew, total);
+        Ok(Some((region, route, skew)))
     }
 
     /// Returns a sent region to the pool; it is reused once the receiver
@@ -529,26 +551,28 @@ pub(crate) struct KeptRegion {
 
 impl MapCache {
     /// Validates the region `fd`, which came with a message tagged `token`,
-    /// and appends its `total` payload bytes to `dst`, then marks the region
-    /// free for its sender (held, if this cache keeps it). With `split`, if
-    /// the payload is long enough, the predicted byte string goes to its own
-    /// buffer instead (`true` returned; see `ipc::split`).
+    /// and appends its `total` payload bytes, `skew` bytes into the payload
+    /// area, to `dst`, then marks the region free for its sender (held, if
+    /// this cache keeps it). With `split`, if the payload is long enough,
+    /// the predicted byte string goes to its own buffer instead (`true`
+    /// returned; see `ipc::split`).
     pub(crate) fn copy_out(
         &mut self,
         fd: OwnedFd,
         token: u64,
-        total: usize,
+        (skew, total): (usize, usize),
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
+        let extent = skew.checked_add(total).ok_or(WireError::BadRegion)?;
         // Which region (`st_dev`, `st_ino`), and a first look at its size;
         // trusted only for a region mapped before, sealed by then.
         let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
-        if size < REGION_HEADER || size - REGION_HEADER < total {
+        if size < REGION_HEADER || size - REGION_HEADER < extent {
             return Err(WireError::BadRegion);
         }
-        let need = (REGION_HEADER + total).next_multiple_of(PAGE);
+        let need = (REGION_HEADER + extent).next_multiple_of(PAGE);
         let key = (stat.st_dev, stat.st_ino);
         if let Some(i) = self.entries.iter().position(|e| e.key == key) {
             if self.entries[i].map.len >= need {
@@ -561,7 +585,7 @@ impl MapCache {
                     entry.held = Counted::try_new(&HELD_FDS).map(|counted| (fd, counted));
                 }
                 self.entries.push(entry);
-                return self.copy_from_last(total, dst, split);
+                return self.copy_from_last((skew, total), dst, split);
             }
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
@@ -575,7 +599,7 @@ impl MapCache {
         }
         let size = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?.st_size;
         let size = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
-        if size < REGION_HEADER || size - REGION_HEADER < total {
+        if size < REGION_HEADER || size - REGION_HEADER < extent {
             return Err(WireError::BadRegion);
         }
         let len = if size <= MAP_WHOLE { size } else { need };
@@ -587,8 +611,8 @@ impl MapCache {
                 None => {
                     // All pinned: use this region once, and keep nothing.
                     // SAFETY: `map` is at least `need` bytes, sealed against
-                    // shrinking, and `REGION_HEADER + total <= need`.
-                    let split_off = unsafe { copy_raw(&map, total, dst, split)? };
+                    // shrinking, and `REGION_HEADER + skew + total <= need`.
+                    let split_off = unsafe { copy_raw(&map, (skew, total), dst, split)? };
                     // SYNC POINT: sender's `Acquire` in `Region::claim`.
                     map.state().store(FREE, Ordering::Release);
                     return Ok(split_off);
@@ -602,31 +626,33 @@ impl MapCache {
             held: Counted::try_new(&HELD_FDS).map(|counted| (fd, counted)),
             map,
         });
-        self.copy_from_last(total, dst, split)
+        self.copy_from_last((skew, total), dst, split)
     }
 
-    /// Appends the `total` payload bytes of the held region named `token` to
-    /// `dst` (a [`Route::Kept`] message), as [`MapCache::copy_out`] does.
+    /// Appends the `total` payload bytes of the held region named `token`,
+    /// `skew` bytes into its payload area, to `dst` (a [`Route::Kept`]
+    /// message), as [`MapCache::copy_out`] does.
     pub(crate) fn copy_kept(
         &mut self,
         token: u64,
-        total: usize,
+        (skew, total): (usize, usize),
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
+        let extent = skew.checked_add(total).ok_or(WireError::BadRegion)?;
         let i = self
             .entries
             .iter()
             .position(|e| e.token == token && e.held.is_some())
             .ok_or(WireError::BadRegion)?;
         // Checked against our own mapping, never the peer's `mapped` word.
-        if total > self.entries[i].map.len.saturating_sub(REGION_HEADER) {
+        if extent > self.entries[i].map.len.saturating_sub(REGION_HEADER) {
             self.skip_kept(token);
             return Err(WireError::BadRegion);
         }
         let held = self.entries.remove(i);
         self.entries.push(held);
-        self.copy_from_last(total, dst, split)
+        self.copy_from_last((skew, total), dst, split)
     }
 
     /// A kept message naming `token` was refused: the region is free again
@@ -638,11 +664,11 @@ impl MapCache {
     }
 
     /// Copies out of the most recently used entry, which maps at least
-    /// `REGION_HEADER + total` bytes, and marks it held (or free, if it is
-    /// only mapped).
+    /// `REGION_HEADER + skew + total` bytes, and marks it held (or free, if
+    /// it is only mapped).
     fn copy_from_last(
         &mut self,
-        total: usize,
+        (skew, total): (usize, usize),
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
@@ -653,9 +679,9 @@ impl MapCache {
             entry.held = None;
         }
         let map = &entry.map;
-        // SAFETY: every caller checked `REGION_HEADER + total <= map.len`,
-        // and a cached region is sealed against shrinking.
-        let split_off = unsafe { copy_raw(map, total, dst, split)? };
+        // SAFETY: every caller checked `REGION_HEADER + skew + total <=
+        // map.len`, and a cached region is sealed against shrinking.
+        let split_off = unsafe { copy_raw(map, (skew, total), dst, split)? };
         let state = match entry.held {
             Some(_) => {
                 map.mapped().store(map.len as u64, Ordering::Relaxed);
@@ -722,19 +748,21 @@ impl MapCache {
     }
 }
 
-/// Copies the `total` payload bytes of `map` to `dst` (with `split`, the
-/// predicted string to its own buffer; `true` if so).
+/// Copies the `total` payload bytes of `map`, `skew` bytes into its payload
+/// area, to `dst` (with `split`, the predicted string to its own buffer;
+/// `true` if so).
 ///
 /// # Safety
-/// `map` must map at least `REGION_HEADER + total` bytes of a region sealed
-/// against shrinking.
+/// `map` must map at least `REGION_HEADER + skew + total` bytes of a region
+/// sealed against shrinking.
 unsafe fn copy_raw(
     map: &Mapping,
-    total: usize,
+    (skew, total): (usize, usize),
     dst: &mut Vec<u8>,
     split: Option<Split<'_>>,
 ) -> Result<bool, WireError> {
-    let src = map.payload();
+    // SAFETY: `REGION_HEADER + skew` is within the mapping (the caller's promise).
+    let src = unsafe { map.payload().add(skew) };
     // The sender may still write the source: we copy raw bytes, never form
     // a reference to them, and the result is validated as untrusted input.
     let fits =
