@@ -1018,6 +1018,66 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     drop(rx);
 }
 
+/// A streamed region message is read as its region fills, whoever fills
+/// it; one whose sender goes before the end is an error as soon as no
+/// sender is left, not a hang (nor a wait of the fragment timeout).
+#[test]
+fn a_streamed_payload_is_read_as_it_fills_and_a_gone_sender_ends_it() {
+    use rustix::fs::{self, MemfdFlags, SealFlags};
+    use rustix::io::pwrite;
+    const PAYLOAD: u64 = 64; // where the payload starts in a region
+    const FILLED: u64 = 16; // where the region says how far it is filled
+    const LEN: usize = 3 << 20;
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let region = {
+        let fd =
+            fs::memfd_create("stream", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+        fs::ftruncate(&fd, 4 << 20).unwrap();
+        fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        fd
+    };
+    // Shared memory, one carrier, skew 0, streamed.
+    let mut streamed = header(2, 1, LEN as u64, 3, 77);
+    streamed[7] = 1;
+    raw_send(&raw, &streamed, &[]);
+    raw_send(&raw, &fd_packet(1, 77), &[region.as_fd()]);
+    let data = pattern(LEN, 7);
+    let filler = std::thread::spawn({
+        let region = region.try_clone().unwrap();
+        let data = data.clone();
+        move || {
+            // Half, then the rest, with no futex wake: the receiver's
+            // periodic look must find them.
+            for (from, to) in [(0, LEN / 2), (LEN / 2, LEN)] {
+                std::thread::sleep(Duration::from_millis(30));
+                pwrite(&region, &data[from..to], PAYLOAD + from as u64).unwrap();
+                pwrite(&region, &(to as u64).to_le_bytes(), FILLED).unwrap();
+            }
+        }
+    });
+    assert_eq!(rx.recv().unwrap(), data);
+    filler.join().unwrap();
+
+    // The same region named again, streamed, never filled: its sender goes.
+    pwrite(&region, &0u64.to_le_bytes(), FILLED).unwrap();
+    let mut kept = header(3, 0, 1000, 0, 77);
+    kept[7] = 1;
+    raw_send(&raw, &kept, &[]);
+    let started = Instant::now();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        drop(raw);
+    });
+    assert_eq!(
+        expect_wire_error(rx.recv(), "a stream whose sender went"),
+        Some(WireError::Truncated)
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "no long wait");
+    closer.join().unwrap();
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+}
+
 /// A receiver that moves while a hostile owner pins a region of an odd size
 /// (not a whole number of pages) moves whole: the region comes along.
 #[test]

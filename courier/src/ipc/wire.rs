@@ -7,7 +7,7 @@
 //! ```text
 //!  0       4    5    6    7    8            16                         32          40
 //!  +-------+----+----+----+----+------------+--------------------------+-----------+--------
-//!  | magic |body|nfds|skew|zero| total      | kinds: 2 bits/descriptor | tag       | payload
+//!  | magic |body|nfds|skew|flag| total      | kinds: 2 bits/descriptor | tag       | payload
 //!  +-------+----+----+----+----+------------+--------------------------+-----------+--------
 //!   u32 LE  u8   u8   u8   u8   u64 LE:      u128 LE, descriptor i at   u64 LE
 //!                                payload of   bits 2i..2i+2
@@ -30,6 +30,9 @@
 //!   a bytes channel's payload does: `memcpy` between buffers that are not
 //!   aligned alike runs 1.4-1.8x slower here (64 KiB), and that was the
 //!   whole gap between the two at 32-128 KiB.
+//! * `flag` bit 0, [`Header::streamed`] (regions only): the header was sent
+//!   before the payload was written; the region says how far it is filled
+//!   (see `shm`'s streaming).
 //!
 //! # Descriptors travel in a packet of their own
 //! A data packet never carries descriptors. A message with descriptors is
@@ -64,6 +67,9 @@ pub(crate) const FD_PACKET_LEN: usize = 16;
 
 /// A region's payload is skewed by less than this (see the module docs).
 pub(crate) const SKEW_ALIGN: usize = 64;
+
+/// The flag of a [`Header::streamed`] message.
+const STREAMED: u8 = 1;
 
 /// Identifies a data packet of courier's wire format, version 1.
 const MAGIC: u32 = 0xC0C0_5201;
@@ -180,6 +186,8 @@ pub(crate) struct Header {
     pub tag: u64,
     /// Where a region's payload starts, past its header (below [`SKEW_ALIGN`]).
     pub skew: u8,
+    /// The region is filled while the receiver reads it.
+    pub streamed: bool,
 }
 
 impl Header {
@@ -201,15 +209,18 @@ impl Header {
             kinds,
             tag,
             skew: 0,
+            streamed: false,
         }
     }
 
-    /// This header, for a region payload that starts `skew` bytes late.
-    pub fn skewed(self, skew: usize) -> Self {
+    /// This header, for a region payload that starts `skew` bytes late and
+    /// is written after the header is sent if `streamed`.
+    pub fn in_region(self, skew: usize, streamed: bool) -> Self {
         debug_assert!(matches!(self.body, Body::SharedMemory | Body::Kept));
         debug_assert!(skew < SKEW_ALIGN);
         Header {
             skew: skew as u8,
+            streamed,
             ..self
         }
     }
@@ -235,6 +246,7 @@ impl Header {
         out[4] = self.body as u8;
         out[5] = self.nfds as u8;
         out[6] = self.skew;
+        out[7] = u8::from(self.streamed) * STREAMED;
         out[8..16].copy_from_slice(&self.total.to_le_bytes());
         out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
         out[32..40].copy_from_slice(&self.tag.to_le_bytes());
@@ -258,6 +270,7 @@ impl Header {
                 kinds: 0,
                 tag,
                 skew: 0,
+                streamed: false,
             });
         }
         Self::decode_slow(bytes)
@@ -268,8 +281,8 @@ impl Header {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
             return Err(WireError::BadHeader("bad magic"));
         }
-        if bytes[7] != 0 {
-            return Err(WireError::BadHeader("reserved byte set"));
+        if bytes[7] & !STREAMED != 0 {
+            return Err(WireError::BadHeader("unknown flag"));
         }
         let body = match bytes[4] {
             0 => Body::Inline,
@@ -292,8 +305,9 @@ impl Header {
         if usize::from(skew) >= SKEW_ALIGN {
             return Err(WireError::BadHeader("skew past a cache line"));
         }
-        if skew != 0 && !matches!(body, Body::SharedMemory | Body::Kept) {
-            return Err(WireError::BadHeader("skew without a region"));
+        let streamed = bytes[7] & STREAMED != 0;
+        if (skew != 0 || streamed) && !matches!(body, Body::SharedMemory | Body::Kept) {
+            return Err(WireError::BadHeader("skew or stream without a region"));
         }
         let header = Header {
             body,
@@ -302,6 +316,7 @@ impl Header {
             kinds,
             tag,
             skew,
+            streamed,
         };
         for i in 0..nfds {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
@@ -345,7 +360,7 @@ mod tests {
         ] {
             let mut h = Header::new(body, 12345, channels, 0xfeed_beef);
             if matches!(body, Body::SharedMemory | Body::Kept) {
-                h = h.skewed(SKEW_ALIGN - 1);
+                h = h.in_region(SKEW_ALIGN - 1, true);
             }
             let d = Header::decode(&h.encode()).unwrap();
             assert_eq!(d, h);
@@ -387,7 +402,10 @@ mod tests {
         bad[6] = SKEW_ALIGN as u8;
         assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         let mut bad = good;
-        bad[7] = 1;
+        bad[7] = STREAMED;
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        let mut bad = Header::new(Body::Kept, 10, 0, 1).encode();
+        bad[7] = 2;
         assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
         // A fragmented body whose carrier is not last.
         let mut bad = good;

@@ -68,7 +68,7 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
-use self::shm::{KeptRegion, MapCache, Pool, Route, Take};
+use self::shm::{KeptRegion, MapCache, Pool, Route, Span, Stream, Take};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
@@ -412,15 +412,22 @@ impl OsSender {
         take: Take,
     ) -> Option<Result<(), SendError>> {
         let pool = &self.inner.pool;
-        let (mut region, route, skew) = match pool.take_filled(parts, total, take) {
+        let (mut region, route, skew) = match pool.take(parts, total, take) {
             Ok(Some(taken)) => taken,
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
+        // A large payload is announced first and written after, while the
+        // receiver copies it out (`shm`'s streaming).
+        let streamed = total >= shm::STREAM_MIN;
+        match streamed {
+            true => region.open_stream(),
+            false => region.fill(parts, skew, total, false),
+        }
         let sent = match route {
             Route::Kept(token) if channels.is_empty() => {
                 let header = Header::new(Body::Kept, total, 0, token)
-                    .skewed(skew)
+                    .in_region(skew, streamed)
                     .encode();
                 let sent = socket::send_small(self.fd(), &header, &[], 0);
                 if sent.is_err() {
@@ -437,12 +444,15 @@ impl OsSender {
                 let tag = random_tag();
                 region.set_token(tag);
                 let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
-                    .skewed(skew)
+                    .in_region(skew, streamed)
                     .encode();
                 socket::send(self.fd(), &[IoSlice::new(&header)], &[])
                     .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
         };
+        if streamed && sent.is_ok() {
+            region.fill(parts, skew, total, true);
+        }
         pool.put(region);
         Some(sent.map_err(SendError::from))
     }
@@ -968,8 +978,17 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
-        // Where a region's payload lies: `skew` bytes in, `total` long.
-        let span = (usize::from(header.skew), total);
+        // Where a region's payload lies: `skew` bytes in, `total` long, and
+        // for a streamed one, how long to wait for it.
+        let alive = || self.senders_left();
+        let span = || Span {
+            skew: usize::from(header.skew),
+            total,
+            stream: header.streamed.then(|| Stream {
+                deadline: Instant::now() + Config::global().fragment_timeout,
+                alive: &alive,
+            }),
+        };
         let mut in_packet = total;
         match header.body {
             Body::Inline => {}
@@ -985,11 +1004,11 @@ impl OsReceiver {
                 let split = split.filter(|_| fds.is_empty());
                 split_off = state
                     .regions
-                    .copy_out(carrier, header.tag, span, dst, split)?;
+                    .copy_out(carrier, header.tag, span(), dst, split)?;
                 in_packet = 0;
             }
             Body::Kept => {
-                split_off = state.regions.copy_kept(header.tag, span, dst, split)?;
+                split_off = state.regions.copy_kept(header.tag, span(), dst, split)?;
                 in_packet = 0;
             }
         }
@@ -997,6 +1016,18 @@ impl OsReceiver {
         self.guess.set(total);
         self.packet_guess.set(in_packet);
         Ok((fds, split_off))
+    }
+
+    /// Whether any sender is left: the socket has not hung up.
+    fn senders_left(&self) -> bool {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::empty())];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let hung_up =
+            poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::HUP);
+        !hung_up
     }
 
     /// Reads one packet. A data packet's payload replaces `dst`'s contents;

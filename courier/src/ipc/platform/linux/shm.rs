@@ -34,15 +34,31 @@
 //!
 //! ```text
 //!  region (memfd, sealed: F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-//!  +------------+-------+-------------+------+------------------------------+
-//!  | state: u32 |       | mapped: u64 | skew | payload (`total` bytes)      |
-//!  +------------+-------+-------------+------+------------------------------+
-//!  0                    8             REGION_HEADER (64)             st_size
+//!  +------------+---+-------------+-------------+----------+---+------+------------------+
+//!  | state: u32 |   | mapped: u64 | filled: u64 | seq: u32 |   | skew | payload (`total`) |
+//!  +------------+---+-------------+-------------+----------+---+------+------------------+
+//!  0                8             16            24             REGION_HEADER (64)
 //!
 //!  state: BUSY (bit 0) a payload is in flight (set by the sender)
 //!         HELD (bit 1) the receiver maps `mapped` bytes of the region and
 //!                      knows its token (set and cleared by the receiver)
 //! ```
+//!
+//! `filled` and `seq` serve streamed messages (below).
+//!
+//! # Streaming: large payloads are read while they are written
+//! A payload of [`STREAM_MIN`] bytes or more is announced first and written
+//! after, [`STREAM_CHUNK`] bytes at a time: after each chunk the sender
+//! stores how far the payload is `filled` and bumps `seq`, a futex word it
+//! wakes. The receiver copies out whatever is filled and sleeps on `seq`
+//! for more. On two CPUs the two copies overlap (a hop of 8 MiB costs about
+//! one copy, not two); on one CPU each chunk is copied out while it is
+//! still in the cache. A sender that stops before the end leaves the
+//! receiver waiting at most the fragment timeout
+//! ([`Config::fragment_timeout`](crate::ipc::Config)), or until every
+//! sender is gone: then the message is [`WireError::Truncated`]. Without a
+//! receiver waiting (one thread sending, then receiving) the payload is
+//! whole by the time it is read, and streaming costs a `futex` wake a chunk.
 //!
 //! The sender sends a kept message only after turning `HELD` into
 //! `HELD | BUSY` with a compare-and-swap, and the receiver lets go of a held
@@ -79,19 +95,42 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rustix::fs::{self, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use rustix::mm::{self, MapFlags, ProtFlags};
+use rustix::thread::futex;
 
 use crate::ipc::err::WireError;
 use crate::ipc::wire::SKEW_ALIGN;
 
 use super::Split;
 
-/// Bytes before the payload: the state word and the mapped length, padded
-/// to a cache line.
+/// Bytes before the payload: the state word, the mapped length and the
+/// stream's two words, padded to a cache line.
 pub(crate) const REGION_HEADER: usize = 64;
+
+/// Payloads at least this large are streamed (see the module docs): past
+/// the caches, where copying out while the sender copies in pays.
+pub(crate) const STREAM_MIN: usize = 1 << 20;
+/// What a streaming sender writes between two wake-ups: small enough to be
+/// copied out of the cache, large enough that the wake-ups cost under 1%.
+const STREAM_CHUNK: usize = 256 << 10;
+/// How often a receiver waiting for a stream checks that a sender is left.
+const STREAM_POLL: Duration = Duration::from_millis(50);
+/// How long a receiver with another CPU to spare spins for the next chunk
+/// before it sleeps: a few chunks' worth of `memcpy`. Waking a sleeping
+/// thread on another CPU costs ~30 µs here, more than a chunk takes, so a
+/// receiver that slept between chunks would lose what streaming gains.
+const STREAM_SPIN: Duration = Duration::from_micros(200);
+
+/// Whether this thread may run on more than one CPU (so a peer can run
+/// while it spins). Asked when a stream has to wait, not cached: affinity
+/// changes, and the question costs one system call.
+fn smp() -> bool {
+    rustix::thread::sched_getaffinity(None).is_ok_and(|set| set.count() > 1)
+}
 
 /// No payload in flight, and the receiver holds no mapping it may read
 /// without being sent the descriptor again.
@@ -200,6 +239,20 @@ impl Mapping {
         // SAFETY: as for `state`: bytes 8..16 of the header, aligned for
         // `u64`, only ever accessed atomically.
         unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(8).cast::<u64>()) }
+    }
+
+    /// How far a streamed payload is written (bytes from the skew on).
+    fn filled(&self) -> &AtomicU64 {
+        // SAFETY: as for `state`: bytes 16..24 of the header, aligned for
+        // `u64`, only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(16).cast::<u64>()) }
+    }
+
+    /// Bumped with every store to `filled`: the futex word a receiver sleeps on.
+    fn seq(&self) -> &AtomicU32 {
+        // SAFETY: as for `state`: bytes 24..28 of the header, aligned for
+        // `u32`, only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(24).cast::<u32>()) }
     }
 
     fn payload(&self) -> *mut u8 {
@@ -346,25 +399,65 @@ impl Region {
     }
 
     /// Copies `parts` (`total` bytes in all) into the payload area, `skew`
-    /// bytes into it.
-    fn fill(&mut self, parts: &[IoSlice<'_>], skew: usize, total: usize) {
+    /// bytes into it; if `streamed`, publishing how far every
+    /// [`STREAM_CHUNK`] bytes (the receiver may be reading already).
+    pub(crate) fn fill(
+        &mut self,
+        parts: &[IoSlice<'_>],
+        skew: usize,
+        total: usize,
+        streamed: bool,
+    ) {
         assert!(
             skew + total <= self.capacity(),
             "region too small for its payload"
         );
-        let mut at = skew;
+        let chunk = if streamed { STREAM_CHUNK } else { usize::MAX };
+        let one_cpu = streamed && !smp();
+        let mut done = 0;
         for part in parts {
-            assert!(
-                at + part.len() <= skew + total,
-                "parts longer than their total"
-            );
-            // SAFETY: `at + part.len() <= skew + total <= capacity` (asserted), so
-            // the destination range lies in the mapping's payload area; the
-            // source is a live slice and cannot overlap our mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), self.map.payload().add(at), part.len())
-            };
-            at += part.len();
+            let mut part = &part[..];
+            assert!(done + part.len() <= total, "parts longer than their total");
+            while !part.is_empty() {
+                let n = part.len().min(chunk - done % chunk);
+                // SAFETY: `skew + done + n <= skew + total <= capacity`
+                // (asserted), so the destination range lies in the mapping's
+                // payload area; the source is a live slice and cannot overlap
+                // our mapping.
+                unsafe {
+                    let dst = self.map.payload().add(skew + done);
+                    std::ptr::copy_nonoverlapping(part.as_ptr(), dst, n)
+                };
+                done += n;
+                part = &part[n..];
+                if streamed && done % chunk == 0 {
+                    self.publish(done, one_cpu);
+                }
+            }
+        }
+        if streamed && done % chunk != 0 {
+            self.publish(done, one_cpu);
+        }
+    }
+
+    /// Readies the region for a streamed payload: nothing filled yet. Called
+    /// before the message is sent: the `send` that announces it orders this
+    /// store before the receiver's first look (the kernel's socket lock).
+    pub(crate) fn open_stream(&self) {
+        self.map.filled().store(0, Ordering::Release);
+    }
+
+    /// Tells the receiver that `filled` payload bytes are written.
+    fn publish(&self, filled: usize, one_cpu: bool) {
+        // SYNC POINT: the receiver's `Acquire` in `Mapping::wait_filled`.
+        self.map.filled().store(filled as u64, Ordering::Release);
+        self.map.seq().fetch_add(1, Ordering::Release);
+        let _ = futex::wake(self.map.seq(), futex::Flags::empty(), 1);
+        if one_cpu {
+            // Let the receiver, if it is waiting (or runnable, woken by the
+            // announcement), copy this chunk out while it is in the cache,
+            // as a socket's full buffer would make it.
+            rustix::thread::sched_yield();
         }
     }
 }
@@ -433,11 +526,12 @@ pub(crate) enum Take {
 }
 
 impl Pool {
-    /// A region holding a copy of `parts` (`total` bytes) `skew` bytes into
-    /// its payload area, ready to send by the route returned, and that
-    /// skew; `None` if `take` allows none (or, for a medium message, none
-    /// can be made). Give it back with [`Pool::put`] once it has been sent.
-    pub(crate) fn take_filled(
+    /// A region with room for `parts` (`total` bytes) `skew` bytes into its
+    /// payload area, to be filled ([`Region::fill`]) and sent by the route
+    /// returned, and that skew; `None` if `take` allows none (or, for a
+    /// medium message, none can be made). Give it back with [`Pool::put`]
+    /// once it has been sent.
+    pub(crate) fn take(
         &self,
         parts: &[IoSlice<'_>],
         total: usize,
@@ -473,7 +567,7 @@ impl Pool {
                 None => Err(counted),
             }
         };
-        let (mut region, route) = match reused {
+        let (region, route) = match reused {
             Ok(reused) => reused,
             Err(counted) => {
                 let mut region = match Region::create(extent) {
@@ -488,7 +582,6 @@ impl Pool {
                 (region, Route::Descriptor)
             }
         };
-        region.fill(parts, skew, total);
         Ok(Some((region, route, skew)))
     }
 
@@ -560,11 +653,11 @@ impl MapCache {
         &mut self,
         fd: OwnedFd,
         token: u64,
-        (skew, total): (usize, usize),
+        span: Span<'_>,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
-        let extent = skew.checked_add(total).ok_or(WireError::BadRegion)?;
+        let extent = span.extent()?;
         // Which region (`st_dev`, `st_ino`), and a first look at its size;
         // trusted only for a region mapped before, sealed by then.
         let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
@@ -585,7 +678,7 @@ impl MapCache {
                     entry.held = Counted::try_new(&HELD_FDS).map(|counted| (fd, counted));
                 }
                 self.entries.push(entry);
-                return self.copy_from_last((skew, total), dst, split);
+                return self.copy_from_last(span, dst, split);
             }
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
@@ -612,10 +705,10 @@ impl MapCache {
                     // All pinned: use this region once, and keep nothing.
                     // SAFETY: `map` is at least `need` bytes, sealed against
                     // shrinking, and `REGION_HEADER + skew + total <= need`.
-                    let split_off = unsafe { copy_raw(&map, (skew, total), dst, split)? };
+                    let copied = unsafe { copy_raw(&map, span, dst, split) };
                     // SYNC POINT: sender's `Acquire` in `Region::claim`.
                     map.state().store(FREE, Ordering::Release);
-                    return Ok(split_off);
+                    return copied;
                 }
             }
         }
@@ -626,7 +719,7 @@ impl MapCache {
             held: Counted::try_new(&HELD_FDS).map(|counted| (fd, counted)),
             map,
         });
-        self.copy_from_last((skew, total), dst, split)
+        self.copy_from_last(span, dst, split)
     }
 
     /// Appends the `total` payload bytes of the held region named `token`,
@@ -635,11 +728,11 @@ impl MapCache {
     pub(crate) fn copy_kept(
         &mut self,
         token: u64,
-        (skew, total): (usize, usize),
+        span: Span<'_>,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
-        let extent = skew.checked_add(total).ok_or(WireError::BadRegion)?;
+        let extent = span.extent()?;
         let i = self
             .entries
             .iter()
@@ -652,7 +745,7 @@ impl MapCache {
         }
         let held = self.entries.remove(i);
         self.entries.push(held);
-        self.copy_from_last((skew, total), dst, split)
+        self.copy_from_last(span, dst, split)
     }
 
     /// A kept message naming `token` was refused: the region is free again
@@ -668,7 +761,7 @@ impl MapCache {
     /// it is only mapped).
     fn copy_from_last(
         &mut self,
-        (skew, total): (usize, usize),
+        span: Span<'_>,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
@@ -681,7 +774,7 @@ impl MapCache {
         let map = &entry.map;
         // SAFETY: every caller checked `REGION_HEADER + skew + total <=
         // map.len`, and a cached region is sealed against shrinking.
-        let split_off = unsafe { copy_raw(map, (skew, total), dst, split)? };
+        let copied = unsafe { copy_raw(map, span, dst, split) };
         let state = match entry.held {
             Some(_) => {
                 map.mapped().store(map.len as u64, Ordering::Relaxed);
@@ -690,9 +783,10 @@ impl MapCache {
             None => FREE,
         };
         // SYNC POINT: sender's `Acquire` in `Region::claim`: the copy above
-        // is done before the sender may overwrite the payload.
+        // is done before the sender may overwrite the payload. (Also after a
+        // failed copy: the region is no use to this message any more.)
         map.state().store(state, Ordering::Release);
-        Ok(split_off)
+        copied
     }
 
     /// Empties the cache for a receiver that moves to another process: the
@@ -748,43 +842,175 @@ impl MapCache {
     }
 }
 
-/// Copies the `total` payload bytes of `map`, `skew` bytes into its payload
-/// area, to `dst` (with `split`, the predicted string to its own buffer;
-/// `true` if so).
+/// Where a message's payload lies in its region, and how it is written.
+pub(crate) struct Span<'a> {
+    /// Bytes into the payload area the payload starts (below `SKEW_ALIGN`).
+    pub skew: usize,
+    pub total: usize,
+    /// `Some` for a streamed payload: how to wait for the rest.
+    pub stream: Option<Stream<'a>>,
+}
+
+impl Span<'_> {
+    /// How far into the payload area the payload reaches.
+    fn extent(&self) -> Result<usize, WireError> {
+        self.skew
+            .checked_add(self.total)
+            .ok_or(WireError::BadRegion)
+    }
+}
+
+/// How a receiver waits for the rest of a streamed payload.
+pub(crate) struct Stream<'a> {
+    /// When to give up on it.
+    pub deadline: Instant,
+    /// Whether a sender is left that could write the rest.
+    pub alive: &'a dyn Fn() -> bool,
+}
+
+impl Mapping {
+    /// Waits until a streamed payload of `total` bytes is filled past
+    /// `done`, and returns how far (at most `total`).
+    fn wait_filled(
+        &self,
+        done: usize,
+        total: usize,
+        stream: &Stream<'_>,
+    ) -> Result<usize, WireError> {
+        let mut alive = true;
+        let mut spin_until = None;
+        loop {
+            let seq = self.seq().load(Ordering::Acquire);
+            // SYNC POINT: the sender's `Release` in `Region::publish`: the
+            // bytes below `filled` are written. A peer may store anything
+            // here; it only decides which of its own bytes we copy.
+            let filled = self.filled().load(Ordering::Acquire);
+            let filled = usize::try_from(filled).unwrap_or(usize::MAX).min(total);
+            if filled > done {
+                return Ok(filled);
+            }
+            // Looked again after the last sender was seen gone (it may have
+            // finished just before it went): nothing more will come.
+            if !alive {
+                return Err(WireError::Truncated);
+            }
+            let now = Instant::now();
+            let until = *spin_until.get_or_insert_with(|| match smp() {
+                true => now + STREAM_SPIN,
+                false => now,
+            });
+            if now < until {
+                std::hint::spin_loop();
+                continue;
+            }
+            if now >= stream.deadline {
+                return Err(WireError::Truncated);
+            }
+            alive = (stream.alive)();
+            if !alive {
+                continue;
+            }
+            let nap = (stream.deadline - now).min(STREAM_POLL);
+            let nap = rustix::fs::Timespec {
+                tv_sec: nap.as_secs() as i64,
+                tv_nsec: i64::from(nap.subsec_nanos()),
+            };
+            // Shared (not `PRIVATE`): the word lives in memory another
+            // process maps. `EAGAIN` (`seq` moved), a timeout or `EINTR`:
+            // look again.
+            let _ = futex::wait(self.seq(), futex::Flags::empty(), seq, Some(&nap));
+        }
+    }
+}
+
+/// Copies the payload of `map` that `span` describes to `dst` (with
+/// `split`, the predicted string to its own buffer; `true` if so), as it is
+/// written if it is streamed.
 ///
 /// # Safety
-/// `map` must map at least `REGION_HEADER + skew + total` bytes of a region
-/// sealed against shrinking.
+/// `map` must map at least `REGION_HEADER + span.skew + span.total` bytes of
+/// a region sealed against shrinking.
 unsafe fn copy_raw(
     map: &Mapping,
-    (skew, total): (usize, usize),
+    span: Span<'_>,
     dst: &mut Vec<u8>,
     split: Option<Split<'_>>,
 ) -> Result<bool, WireError> {
+    let Span {
+        skew,
+        total,
+        stream,
+    } = span;
     // SAFETY: `REGION_HEADER + skew` is within the mapping (the caller's promise).
     let src = unsafe { map.payload().add(skew) };
     // The sender may still write the source: we copy raw bytes, never form
     // a reference to them, and the result is validated as untrusted input.
     let fits =
         |s: &Split<'_>| (s.layout.at.checked_add(s.layout.len)).is_some_and(|end| end <= total);
-    match split.filter(fits) {
-        Some(Split { layout, string }) => {
-            let end = layout.at + layout.len;
-            string.clear();
-            // SAFETY: `[0, at)` is within the payload (the caller's promise).
-            unsafe { append_raw(dst, src, layout.at)? };
-            // SAFETY: `[at, end)` is within the payload, `end <= total`.
-            unsafe { append_raw(string, src.add(layout.at), layout.len)? };
-            // SAFETY: `[end, total)` is within the payload.
-            unsafe { append_raw(dst, src.add(end), total - end)? };
-            Ok(true)
+    let mut split = split.filter(fits);
+    // Room for all of it first: a stream arrives in pieces.
+    match &mut split {
+        Some(s) => {
+            s.string.clear();
+            reserve(s.string, s.layout.len)?;
+            reserve(dst, total - s.layout.len)?;
         }
-        None => {
-            // SAFETY: `[0, total)` is the payload.
-            unsafe { append_raw(dst, src, total)? };
-            Ok(false)
+        None => reserve(dst, total)?,
+    }
+    let mut done = 0;
+    while done < total {
+        let ready = match &stream {
+            Some(stream) => map.wait_filled(done, total, stream)?,
+            None => total,
+        };
+        // SAFETY: `done < ready <= total`: within the payload.
+        unsafe { append_range(src, done..ready, dst, split.as_mut())? };
+        done = ready;
+    }
+    Ok(split.is_some())
+}
+
+/// Makes room for `n` more bytes in `v`, exactly.
+fn reserve(v: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
+    v.try_reserve_exact(n).map_err(|_| WireError::TooLarge {
+        claimed: n as u64,
+        limit: 0,
+    })
+}
+
+/// Appends payload bytes `range` (the payload starts at `src`) where they
+/// belong: to `dst`, or with `split`, the string's to its own buffer.
+///
+/// # Safety
+/// `src + range` must be valid for reads and not overlap the buffers.
+unsafe fn append_range(
+    src: *const u8,
+    range: std::ops::Range<usize>,
+    dst: &mut Vec<u8>,
+    split: Option<&mut Split<'_>>,
+) -> Result<(), WireError> {
+    let Some(split) = split else {
+        // SAFETY: the caller's promise.
+        return unsafe { append_raw(dst, src.add(range.start), range.len()) };
+    };
+    let (at, end) = (split.layout.at, split.layout.at + split.layout.len);
+    // Before the string, the string, after it.
+    for (i, (lo, hi)) in [(0, at), (at, end), (end, usize::MAX)]
+        .into_iter()
+        .enumerate()
+    {
+        let (from, to) = (range.start.max(lo), range.end.min(hi));
+        if from < to {
+            let out = if i == 1 {
+                &mut *split.string
+            } else {
+                &mut *dst
+            };
+            // SAFETY: `[from, to)` lies within `range`: the caller's promise.
+            unsafe { append_raw(out, src.add(from), to - from)? };
         }
     }
+    Ok(())
 }
 
 /// Appends the `n` bytes at `src` to `dst`.
