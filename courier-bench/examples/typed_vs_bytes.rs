@@ -33,7 +33,8 @@ fn main() {
         black_box(brx.recv().expect("recv"));
     };
     let mut typed = || {
-        ttx.send(value.take().expect("received back")).expect("send");
+        ttx.send(value.take().expect("received back"))
+            .expect("send");
         value = Some(black_box(trx.recv().expect("recv")));
     };
     let per_msg = |f: &mut dyn FnMut()| {

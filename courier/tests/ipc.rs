@@ -1059,6 +1059,35 @@ fn a_streamed_payload_is_read_as_it_fills_and_a_gone_sender_ends_it() {
     assert_eq!(rx.recv().unwrap(), data);
     filler.join().unwrap();
 
+    // Named again by a peer that creeps (a byte a millisecond): the stream
+    // fails at the fragment timeout, progress or not.
+    pwrite(&region, &0u64.to_le_bytes(), FILLED).unwrap();
+    let mut creeping = header(3, 0, 1 << 20, 0, 77);
+    creeping[7] = 1;
+    raw_send(&raw, &creeping, &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creeper = std::thread::spawn({
+        let (region, stop) = (region.try_clone().unwrap(), stop.clone());
+        move || {
+            for filled in 1u64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                pwrite(&region, &filled.to_le_bytes(), FILLED).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let started = Instant::now();
+    let crept = with_config(
+        |c| c.fragment_timeout = Duration::from_secs(1),
+        || expect_wire_error(rx.recv(), "a creeping stream"),
+    );
+    assert_eq!(crept, Some(WireError::FragmentTimeout));
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    creeper.join().unwrap();
+
     // The same region named again, streamed, never filled: its sender goes.
     pwrite(&region, &0u64.to_le_bytes(), FILLED).unwrap();
     let mut kept = header(3, 0, 1000, 0, 77);

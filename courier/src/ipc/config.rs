@@ -42,8 +42,10 @@ pub struct Config {
     /// `Fragments`, no region is ever used.
     pub large_messages: LargeMessages,
     /// How long a receiver waits for the next fragment of a fragmented
-    /// message before it gives up with `WireError::FragmentTimeout`
-    /// (default 30 s).
+    /// message, or for the whole of a streamed region payload (1 MiB and
+    /// up), before it gives up with `WireError::FragmentTimeout` (default
+    /// 30 s). A receive of such a message may block this long whatever its
+    /// own timeout, `try_recv` included, once the message has begun.
     pub fragment_timeout: Duration,
 }
 

@@ -257,7 +257,7 @@ impl Header {
     #[inline]
     pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         // Fast path, the common case: inline, no descriptors, no kinds.
-        const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, skew 0, reserved 0
+        const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, skew 0, flags 0
         if u64::from_le_bytes(field(bytes, 0)) == PLAIN
             && u128::from_le_bytes(field(bytes, 16)) == 0
         {

@@ -14,7 +14,9 @@
 //!   needs no control buffer.
 //! * A message too large for one packet is, by default
 //!   ([`LargeMessages::SharedMemory`]), copied once into a pooled, sealed
-//!   memfd region and the region's descriptor is sent ([`shm`]). Once the
+//!   memfd region and the region's descriptor is sent ([`shm`]); from
+//!   [`shm::STREAM_MIN`] up, the header goes first and the receiver copies
+//!   the payload out while it is written (`shm`'s streaming). Once the
 //!   receiver holds a region, a message in it is a bare header naming the
 //!   region ([`Body::Kept`]): no descriptor, and no kernel copy of the
 //!   payload. From [`SMALL`] bytes up to one packet, a message goes that way

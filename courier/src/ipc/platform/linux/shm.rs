@@ -50,13 +50,15 @@
 //! A payload of [`STREAM_MIN`] bytes or more is announced first and written
 //! after, [`STREAM_CHUNK`] bytes at a time: after each chunk the sender
 //! stores how far the payload is `filled` and bumps `seq`, a futex word it
-//! wakes. The receiver copies out whatever is filled and sleeps on `seq`
-//! for more. On two CPUs the two copies overlap (a hop of 8 MiB costs about
+//! wakes. The receiver copies out whatever is filled, spins a little for
+//! more if another CPU may be filling it, then sleeps on `seq`. On two CPUs the two copies overlap (a hop of 8 MiB costs about
 //! one copy, not two); on one CPU each chunk is copied out while it is
 //! still in the cache. A sender that stops before the end leaves the
 //! receiver waiting at most the fragment timeout
-//! ([`Config::fragment_timeout`](crate::ipc::Config)), or until every
-//! sender is gone: then the message is [`WireError::Truncated`]. Without a
+//! ([`Config::fragment_timeout`](crate::ipc::Config); then the message is
+//! [`WireError::FragmentTimeout`]), or until every sender is gone (then it
+//! is [`WireError::Truncated`]). The sender learns of neither: its `send`
+//! returned once the payload was written. Without a
 //! receiver waiting (one thread sending, then receiving) the payload is
 //! whole by the time it is read, and streaming costs a `futex` wake a chunk.
 //!
@@ -76,8 +78,13 @@
 //! # Trust
 //! The receiver never trusts the sender's region: it checks the seals (so the
 //! region cannot shrink under the mapping, which would raise `SIGBUS`) and the
-//! size against the header's `total` before mapping, and a kept message's
-//! `total` against the length it mapped itself, never the `mapped` word. A
+//! size against the header's `skew + total` before mapping, and a kept
+//! message's `skew + total` against the length it mapped itself, never the
+//! `mapped` word. The `filled` word of a streamed message only decides which
+//! of the sender's own bytes are copied when, and a stream that stops, or
+//! creeps, fails at the fragment timeout, counted from its header: a
+//! streaming sender can hold its receiver that long, as a fragmented one
+//! can (`try_recv` included), and no longer. A
 //! sender that keeps writing into a region it sent can only corrupt the bytes
 //! of its own message, which the receiver copies out once and then validates
 //! like any other payload (the copy races with the peer's writes by design,
@@ -513,7 +520,7 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// Which regions [`Pool::take_filled`] may use.
+/// Which regions [`Pool::take`] may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Take {
     /// Any free region, or a new one.
@@ -826,7 +833,7 @@ impl MapCache {
             && region.len <= size
             && len > REGION_HEADER
             && (len <= MAP_WHOLE
-                || region.len <= limit.saturating_add((REGION_HEADER + PAGE) as u64));
+                || region.len <= limit.saturating_add((REGION_HEADER + SKEW_ALIGN + PAGE) as u64));
         if !sane {
             return Err(WireError::BadRegion);
         }
@@ -880,6 +887,11 @@ impl Mapping {
         let mut alive = true;
         let mut spin_until = None;
         loop {
+            // First, whatever the progress: a peer that creeps (a byte at a
+            // time, just often enough) must not outlast the deadline.
+            if Instant::now() >= stream.deadline {
+                return Err(WireError::FragmentTimeout);
+            }
             let seq = self.seq().load(Ordering::Acquire);
             // SYNC POINT: the sender's `Release` in `Region::publish`: the
             // bytes below `filled` are written. A peer may store anything
@@ -904,7 +916,7 @@ impl Mapping {
                 continue;
             }
             if now >= stream.deadline {
-                return Err(WireError::Truncated);
+                return Err(WireError::FragmentTimeout);
             }
             alive = (stream.alive)();
             if !alive {

@@ -1,10 +1,11 @@
 //! `SOCK_SEQPACKET` sockets: the few syscalls the transport needs, each
 //! wrapped once with its error handling.
 //!
-//! Sending uses rustix (safe, `BorrowedFd`-typed). Receiving calls
-//! `recvmsg(2)` through libc because the payload lands in *uninitialised*
-//! memory: rustix's `recvmsg` takes `IoSliceMut`, which would require the
-//! buffer to be initialised (zero-filled) first, the very cost seed 000 removed.
+//! Sending, and `recv(2)` into a buffer, use rustix (safe, `BorrowedFd`-typed;
+//! its `recv` takes uninitialised buffers). `recvmsg(2)` goes through libc
+//! because the payload lands in *uninitialised* memory: rustix's `recvmsg`
+//! takes `IoSliceMut`, which would require the buffer to be initialised
+//! (zero-filled) first, the very cost seed 000 removed.
 //!
 //! # References
 //! - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
