@@ -427,10 +427,9 @@ impl Region {
             assert!(done + part.len() <= total, "parts longer than their total");
             while !part.is_empty() {
                 let n = part.len().min(chunk - done % chunk);
-                // SAFETY: `skew + done + n <= skew + total <= capacity`
-                // (asserted), so the destination range lies in the mapping's
-                // payload area; the source is a live slice and cannot overlap
-                // our mapping.
+                // SAFETY: `skew + done + n <= skew + total <= capacity` (asserted):
+                // the destination lies in the mapping's payload area; the source
+                // is a live slice, which cannot overlap our mapping.
                 unsafe {
                     let dst = self.map.payload().add(skew + done);
                     std::ptr::copy_nonoverlapping(part.as_ptr(), dst, n)
