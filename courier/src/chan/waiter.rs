@@ -39,6 +39,8 @@
 #![allow(unsafe_code)]
 
 use std::fmt;
+
+use crossbeam_utils::CachePadded;
 use std::time::Instant;
 
 use super::backoff::{spin_then_yield, Backoff, Pollers};
@@ -668,8 +670,9 @@ impl WaitList {
 pub(crate) struct SyncWaitList {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
-    /// The waiters of this side polling before they park.
-    pollers: Pollers,
+    /// The waiters of this side polling before they park. On a line of its own: pollers write
+    /// it at every wait, while every peer's fast path reads `is_empty`.
+    pollers: CachePadded<Pollers>,
 }
 
 impl SyncWaitList {
@@ -677,7 +680,7 @@ impl SyncWaitList {
         SyncWaitList {
             list: Mutex::new(WaitList::new()),
             is_empty: AtomicBool::new(true),
-            pollers: Pollers::new(),
+            pollers: CachePadded::new(Pollers::new()),
         }
     }
 
