@@ -170,17 +170,9 @@ pub(crate) fn spin_then_yield<R>(
     }
     if may_yield_thread {
         if let Some(estimate) = adaptive {
-            let limit = estimate.limit();
-            for k in 1..=limit {
-                for _ in 0..1u32 << (k - 1).min(6) {
-                    sync::spin_loop();
-                }
-                if let Some(r) = attempt() {
-                    estimate.record(k);
-                    return Some(r);
-                }
+            if let Some(r) = spin_adaptively(estimate, &mut attempt) {
+                return Some(r);
             }
-            estimate.record(0);
         }
         let start = std::time::Instant::now();
         loop {
@@ -203,6 +195,30 @@ pub(crate) fn spin_then_yield<R>(
             }
         }
     }
+    None
+}
+
+/// A thread's spin before it yields: as many attempts as `estimate` allows, attempt `k` after
+/// `2^min(k-1, 6)` `pause`s. Nothing under loom (the models make their one attempt elsewhere).
+#[inline]
+pub(crate) fn spin_adaptively<R>(
+    estimate: &SpinEstimate,
+    attempt: &mut impl FnMut() -> Option<R>,
+) -> Option<R> {
+    if cfg!(loom) {
+        return None;
+    }
+    let limit = estimate.limit();
+    for k in 1..=limit {
+        for _ in 0..1u32 << (k - 1).min(6) {
+            sync::spin_loop();
+        }
+        if let Some(r) = attempt() {
+            estimate.record(k);
+            return Some(r);
+        }
+    }
+    estimate.record(0);
     None
 }
 

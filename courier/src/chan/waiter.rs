@@ -43,7 +43,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 use std::time::Instant;
 
-use super::backoff::{spin_then_yield, Backoff, Pollers};
+use super::backoff::{spin_adaptively, spin_then_yield, Backoff, Pollers};
 #[cfg(loom)]
 use crate::sync::atomic::fence;
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -722,13 +722,15 @@ impl SyncWaitList {
         ready: impl FnOnce() -> bool,
         help: impl FnOnce(&Entry),
     ) -> Option<R> {
+        let mut attempt = attempt;
+        let may_yield = current_may_yield();
+        if may_yield {
+            if let Some(r) = spin_adaptively(self.pollers.spin(), &mut attempt) {
+                return Some(r);
+            }
+        }
         let polling = self.pollers.enter();
-        let r = spin_then_yield(
-            current_may_spin(),
-            current_may_yield(),
-            Some(self.pollers.spin()),
-            attempt,
-        );
+        let r = spin_then_yield(current_may_spin(), may_yield, None, attempt);
         drop(polling);
         if r.is_none() {
             self.pass_on(ready, help);
