@@ -136,13 +136,12 @@ const SPIN_ATTEMPTS: u32 = 8;
 
 /// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
-/// **A thread polling a bounded channel side first spins briefly, for as long as its side's
-/// [`SpinEstimate`] says spinning has been paying** (one attempt after one `pause` when it has not;
-/// at most crossbeam's ~2 µs), then yields. Callers without an estimate (`adaptive: None`: the
-/// unbounded flavor's receivers, the rendezvous hand-off and `Select`, which wait on their
-/// claim word) go straight to the yields.
+/// (A thread waiting on a bounded channel side has spun before this, for as long as its side's
+/// [`SpinEstimate`] says spinning has been paying: [`spin_adaptively`]. The unbounded flavor's
+/// receivers, the rendezvous hand-off and `Select`, which wait on their claim word, come here
+/// straight away.)
 ///
-/// **Then it polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
+/// **A thread polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
 /// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
 /// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
 /// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
@@ -160,7 +159,6 @@ const SPIN_ATTEMPTS: u32 = 8;
 pub(crate) fn spin_then_yield<R>(
     may_spin: bool,
     may_yield_thread: bool,
-    adaptive: Option<&SpinEstimate>,
     mut attempt: impl FnMut() -> Option<R>,
 ) -> Option<R> {
     if cfg!(loom) {
@@ -169,11 +167,6 @@ pub(crate) fn spin_then_yield<R>(
         return attempt();
     }
     if may_yield_thread {
-        if let Some(estimate) = adaptive {
-            if let Some(r) = spin_adaptively(estimate, &mut attempt) {
-                return Some(r);
-            }
-        }
         let start = std::time::Instant::now();
         loop {
             sync::thread::yield_now();
@@ -198,8 +191,10 @@ pub(crate) fn spin_then_yield<R>(
     None
 }
 
-/// A thread's spin before it yields: as many attempts as `estimate` allows, attempt `k` after
-/// `2^min(k-1, 6)` `pause`s. Nothing under loom (the models make their one attempt elsewhere).
+/// A thread's spin before it polls between yields: as many attempts as `estimate` allows (one
+/// attempt after one `pause` when spinning has not been paying; at most crossbeam's whole
+/// spin), attempt `k` after `2^min(k-1, 6)` `pause`s. Nothing under loom: the models make their
+/// one attempt in [`spin_then_yield`].
 #[inline]
 pub(crate) fn spin_adaptively<R>(
     estimate: &SpinEstimate,

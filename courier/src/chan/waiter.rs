@@ -39,9 +39,9 @@
 #![allow(unsafe_code)]
 
 use std::fmt;
+use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
-use std::time::Instant;
 
 use super::backoff::{spin_adaptively, spin_then_yield, Backoff, Pollers};
 #[cfg(loom)]
@@ -345,7 +345,7 @@ impl Context {
     /// itself before registering, and pass `false`.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
         if spin {
-            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), None, || {
+            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
                 let sel = self.selected();
                 (sel != Selected::Waiting).then_some(sel)
             });
@@ -695,7 +695,7 @@ impl SyncWaitList {
         ready: impl FnOnce() -> bool,
     ) -> Option<R> {
         let polling = self.pollers.enter();
-        let r = spin_then_yield(current_may_spin(), current_may_yield(), None, attempt);
+        let r = spin_then_yield(current_may_spin(), current_may_yield(), attempt);
         drop(polling);
         // On success the caller passes on once its operation is complete: never while it
         // holds a reservation (a hand-off could wait on a slot behind it).
@@ -706,7 +706,11 @@ impl SyncWaitList {
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
-    /// paying on this side (`backoff::SpinEstimate`).
+    /// paying on this side (`backoff::SpinEstimate`), before it counts itself among the
+    /// pollers: a spinner that is not counted costs nothing but a wake-up a notifier might
+    /// otherwise have skipped, and leaving the count out of the spin saves two locked
+    /// instructions on the shared counter each time a waiter catches its peer within the spin
+    /// (`spsc` over `bounded(1)`, both threads on their own CPU: 209 -> 206 ns a message).
     ///
     /// For the bounded flavor, whose waiters on both sides hand slots to each other: there the
     /// peer that makes a waiter ready is often a poller running on the other CPU, and catching
@@ -730,7 +734,7 @@ impl SyncWaitList {
             }
         }
         let polling = self.pollers.enter();
-        let r = spin_then_yield(current_may_spin(), may_yield, None, attempt);
+        let r = spin_then_yield(current_may_spin(), may_yield, attempt);
         drop(polling);
         if r.is_none() {
             self.pass_on(ready, help);
