@@ -55,6 +55,20 @@ fn bounded_recv_wakes_on_send_or_disconnect() {
     });
 }
 
+/// The same over capacity one, whose slot's stamp carries the whole state and the mark.
+#[test]
+fn bounded1_recv_wakes_on_send_or_disconnect() {
+    model(|| {
+        let (tx, rx) = chan::bounded::<u32>(1);
+        let t = thread::spawn(move || {
+            tx.send(7).unwrap();
+        });
+        assert_eq!(rx.recv(), Ok(7));
+        assert_eq!(rx.recv(), Err(RecvError));
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn bounded_blocked_sender_fails_when_receiver_leaves() {
     model(|| {

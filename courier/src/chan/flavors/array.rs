@@ -46,6 +46,17 @@ struct Slot<T> {
     msg: UnsafeCell<MaybeUninit<T>>,
 }
 
+/// Capacity one: the phase bits of the slot's stamp.
+const ONE_PHASE: usize = 0b11;
+const ONE_EMPTY: usize = 0b00;
+const ONE_SENDING: usize = 0b01;
+const ONE_FULL: usize = 0b10;
+const ONE_RECEIVING: usize = 0b11;
+/// SENDING -> FULL and RECEIVING -> EMPTY, as one `fetch_xor` that keeps the mark.
+const ONE_DONE: usize = 0b11;
+/// Capacity one: the disconnect mark, in the stamp.
+const ONE_MARK: usize = 0b100;
+
 /// A reserved slot.
 #[derive(Debug)]
 pub(crate) struct ArrayToken {
@@ -156,6 +167,9 @@ impl<T> Channel<T> {
 
     /// Reserves a slot to write into. `false`: full. `true` with a null slot: disconnected.
     fn reserve_send(&self, token: &mut ArrayToken) -> bool {
+        if self.cap == 1 {
+            return self.reserve_send_one(token);
+        }
         let mut backoff = Backoff::new();
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
@@ -222,8 +236,15 @@ impl<T> Channel<T> {
         // until it publishes the stamp below.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
-        // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `reserve_recv`.
-        slot.stamp.store(token.stamp, Ordering::Release);
+        if self.cap == 1 {
+            // SYNC POINT: SENDING -> FULL publishes the message, keeping a disconnect mark set
+            // meanwhile. Partner: the Acquire loads of `reserve_recv_one`.
+            slot.stamp.fetch_xor(ONE_DONE, Ordering::Release);
+        } else {
+            // SYNC POINT: publishes the message. Partner: the Acquire stamp load in
+            // `reserve_recv`.
+            slot.stamp.store(token.stamp, Ordering::Release);
+        }
         self.receivers.notify();
         Ok(())
     }
@@ -231,6 +252,9 @@ impl<T> Channel<T> {
     /// Reserves a message to read. `false`: empty. `true` with a null slot: empty and
     /// disconnected.
     fn reserve_recv(&self, token: &mut ArrayToken) -> bool {
+        if self.cap == 1 {
+            return self.reserve_recv_one(token);
+        }
         let mut backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
@@ -282,6 +306,101 @@ impl<T> Channel<T> {
         }
     }
 
+    // ===== capacity one: the slot's stamp is the whole state =====
+    //
+    // With room for one message, `head`, `tail` and the stamp would be three cache lines that
+    // both sides touch for every message; here the slot's stamp alone says EMPTY, SENDING,
+    // FULL or RECEIVING (plus the disconnect mark), a claim is one CAS on it and a completion
+    // one `fetch_xor`, so a message moves one line between the two sides. SENDING counts as a
+    // message and RECEIVING as room, as a claimed position does in the ring above, so the
+    // claims are the changes the wait lists' Dekker pairs see.
+
+    /// The one-slot state (`cap == 1`).
+    #[inline]
+    fn one_state(&self) -> usize {
+        self.buffer[0].stamp.load(Ordering::SeqCst)
+    }
+
+    /// Does a one-slot state count as holding a message (for receivers: not empty; for
+    /// senders: full)?
+    #[inline]
+    fn one_has_message(&self, state: usize) -> bool {
+        matches!(state & ONE_PHASE, ONE_SENDING | ONE_FULL)
+    }
+
+    /// `reserve_send` for `cap == 1`.
+    fn reserve_send_one(&self, token: &mut ArrayToken) -> bool {
+        let slot = &self.buffer[0];
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: partner: the receiver's Release `fetch_xor` in `read_reserved` (the
+            // previous message has been moved out).
+            let state = slot.stamp.load(Ordering::Acquire);
+            if state & ONE_MARK != 0 {
+                token.slot = ptr::null();
+                return true;
+            }
+            match state {
+                ONE_EMPTY => {
+                    match slot.stamp.compare_exchange_weak(
+                        ONE_EMPTY,
+                        ONE_SENDING,
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            token.slot = slot as *const Slot<T> as *const u8;
+                            return true;
+                        }
+                        Err(_) => backoff.spin(),
+                    }
+                }
+                // A receiver is moving the message out: room in a moment.
+                ONE_RECEIVING => backoff.snooze(true),
+                // FULL, or another sender writing: full.
+                _ => return false,
+            }
+        }
+    }
+
+    /// `reserve_recv` for `cap == 1`.
+    fn reserve_recv_one(&self, token: &mut ArrayToken) -> bool {
+        let slot = &self.buffer[0];
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: partner: the sender's Release `fetch_xor` in `write_reserved` (the
+            // message is initialised).
+            let state = slot.stamp.load(Ordering::Acquire);
+            match state & ONE_PHASE {
+                ONE_FULL => {
+                    match slot.stamp.compare_exchange_weak(
+                        state,
+                        state ^ ONE_FULL ^ ONE_RECEIVING,
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            token.slot = slot as *const Slot<T> as *const u8;
+                            return true;
+                        }
+                        Err(_) => backoff.spin(),
+                    }
+                }
+                // A sender is writing its message: wait for it.
+                ONE_SENDING => backoff.snooze(true),
+                // EMPTY, or another receiver taking the message: empty, and disconnected if
+                // marked (the mark's RMW came after every send completed: senders are gone).
+                _ => {
+                    if state & ONE_MARK != 0 {
+                        token.slot = ptr::null();
+                        return true;
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+
     /// Reads the reserved message and wakes a sender.
     ///
     /// # Safety
@@ -297,9 +416,15 @@ impl<T> Channel<T> {
         // SAFETY: winning the `head` CAS on a slot stamped "full" gave this receiver exclusive
         // access to an initialised message, which it moves out exactly once.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
-        // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
-        // `reserve_send`.
-        slot.stamp.store(token.stamp, Ordering::Release);
+        if self.cap == 1 {
+            // SYNC POINT: RECEIVING -> EMPTY frees the slot, keeping a disconnect mark set
+            // meanwhile. Partner: the Acquire loads of `reserve_send_one`.
+            slot.stamp.fetch_xor(ONE_DONE, Ordering::Release);
+        } else {
+            // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
+            // `reserve_send`.
+            slot.stamp.store(token.stamp, Ordering::Release);
+        }
         self.senders.notify_with(|entry| self.hand_off(entry));
         Ok(msg)
     }
@@ -518,6 +643,9 @@ impl<T> Channel<T> {
 
     /// The number of messages in the channel (a snapshot).
     pub(crate) fn len(&self) -> usize {
+        if self.cap == 1 {
+            return usize::from(self.one_has_message(self.one_state()));
+        }
         loop {
             let tail = self.tail.load(Ordering::SeqCst);
             let head = self.head.load(Ordering::SeqCst);
@@ -547,18 +675,27 @@ impl<T> Channel<T> {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
+        if self.cap == 1 {
+            return !self.one_has_message(self.one_state());
+        }
         let head = self.head.load(Ordering::SeqCst);
         let tail = self.tail.load(Ordering::SeqCst);
         tail & !self.mark_bit == head
     }
 
     pub(crate) fn is_full(&self) -> bool {
+        if self.cap == 1 {
+            return self.one_has_message(self.one_state());
+        }
         let tail = self.tail.load(Ordering::SeqCst);
         let head = self.head.load(Ordering::SeqCst);
         head.wrapping_add(self.one_lap) == tail & !self.mark_bit
     }
 
     pub(crate) fn is_disconnected(&self) -> bool {
+        if self.cap == 1 {
+            return self.one_state() & ONE_MARK != 0;
+        }
         self.tail.load(Ordering::SeqCst) & self.mark_bit != 0
     }
 
@@ -566,8 +703,12 @@ impl<T> Channel<T> {
     pub(crate) fn disconnect(&self) -> bool {
         // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `reserve_recv`
         // (after their fence) and of the re-checks, and the wait lists' locks.
-        let tail = self.tail.fetch_or(self.mark_bit, Ordering::SeqCst);
-        if tail & self.mark_bit == 0 {
+        let first = if self.cap == 1 {
+            self.buffer[0].stamp.fetch_or(ONE_MARK, Ordering::SeqCst) & ONE_MARK == 0
+        } else {
+            self.tail.fetch_or(self.mark_bit, Ordering::SeqCst) & self.mark_bit == 0
+        };
+        if first {
             self.senders.disconnect();
             self.receivers.disconnect();
             true
@@ -620,6 +761,15 @@ impl<T> Channel<T> {
 impl<T> Drop for Channel<T> {
     fn drop(&mut self) {
         // Exclusive access: every handle is gone. Drop the messages still in the ring.
+        if self.cap == 1 {
+            if self.buffer[0].stamp.load(Ordering::Relaxed) & ONE_PHASE == ONE_FULL {
+                self.buffer[0].msg.with_mut(|p| {
+                    // SAFETY: FULL: the slot holds an initialised message, dropped once here.
+                    unsafe { (*p).assume_init_drop() }
+                });
+            }
+            return;
+        }
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
         let hix = head & (self.mark_bit - 1);
