@@ -23,6 +23,9 @@
 //! last index), writes the message and stores `stamp = p + 1`; a receiver that finds its slot
 //! full CASes `head` forward, reads, and stores `stamp = p + one_lap` (free for the next lap).
 //! One CAS per operation, no ABA (positions only grow), no allocation after construction.
+//!
+//! Capacity one is the exception: there the slot's stamp alone holds the state (see "capacity
+//! one" below), so that a message moves one cache line between the sides instead of three.
 
 use std::mem::MaybeUninit;
 use std::ptr;
