@@ -15,7 +15,7 @@
 //!   where 2^k = mark_bit = (cap+1).next_power_of_two(), one_lap = 2 * mark_bit
 //! ```
 //!
-//! `mark` is only ever set in `tail`: it means "disconnected". A slot at `index` is
+//! `mark` is only ever set in `tail` (at capacity one, in the stamp): it means "disconnected". A slot at `index` is
 //! - free for the sender at position `p = {lap, index}` when `stamp == p`;
 //! - full for the receiver at position `p` when `stamp == p + 1`.
 //!
@@ -235,7 +235,7 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_send` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
+        // SAFETY: winning the `tail` CAS (capacity one: the stamp's) gave this sender exclusive access to the slot's message
         // until it publishes the stamp below.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
@@ -392,7 +392,7 @@ impl<T> Channel<T> {
                 // A sender is writing its message: wait for it.
                 ONE_SENDING => backoff.snooze(true),
                 // EMPTY, or another receiver taking the message: empty, and disconnected if
-                // marked (the mark's RMW came after every send completed: senders are gone).
+                // marked (no message can follow: a sender's claim needs an unmarked EMPTY).
                 _ => {
                     if state & ONE_MARK != 0 {
                         token.slot = ptr::null();
@@ -416,7 +416,7 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_recv` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `head` CAS on a slot stamped "full" gave this receiver exclusive
+        // SAFETY: winning the `head` CAS (capacity one: the stamp's) on a slot stamped "full" gave this receiver exclusive
         // access to an initialised message, which it moves out exactly once.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
         if self.cap == 1 {
@@ -704,7 +704,7 @@ impl<T> Channel<T> {
 
     /// Marks the channel disconnected and wakes everyone. `true` if this call did it.
     pub(crate) fn disconnect(&self) -> bool {
-        // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `reserve_recv`
+        // SYNC POINT: the mark is an RMW on `tail` (capacity one: on the stamp); partners: the `tail` loads of `reserve_recv`
         // (after their fence) and of the re-checks, and the wait lists' locks.
         let first = if self.cap == 1 {
             self.buffer[0].stamp.fetch_or(ONE_MARK, Ordering::SeqCst) & ONE_MARK == 0
