@@ -1,7 +1,9 @@
-//! `bounded(1)` between two threads, courier against crossbeam-channel in one process, taking
-//! turns: the A/B behind BENCHMARKS.md's session 9 figures for the capacity-one channel.
+//! Two threads over `bounded(1)` or `unbounded` channels, courier against crossbeam-channel in
+//! one process, taking turns: the A/B behind BENCHMARKS.md's session 9 figures for the
+//! capacity-one channel and the two-thread rings.
 //!
-//! `bounded1_ab [spsc|ring] [rounds]`; `PIN=1` puts the two threads on CPUs 0 and 1. `spsc`:
+//! `pair_ab [spsc|ring] [bounded1|unbounded] [rounds]`; `PIN=1` puts the two threads on CPUs 0
+//! and 1. `spsc`:
 //! one thread sends, the other receives; `ring`: each thread sends to the other, then receives
 //! (seed 003's ring of two). Also runs the floor of `spsc`: one atomic word handed back and
 //! forth, spinning. Prints each subject's ns per message, sorted.
@@ -23,7 +25,7 @@ fn pin(cpu: usize) {
 
 /// The pair of operations a subject's channel offers, boxed so that one driver runs them all.
 trait Pair: Send + 'static {
-    fn make() -> (Self, Self)
+    fn make(unbounded: bool) -> (Self, Self)
     where
         Self: Sized;
     fn send(&self, v: usize);
@@ -37,9 +39,16 @@ struct Crossbeam(
 );
 
 impl Pair for Courier {
-    fn make() -> (Self, Self) {
-        let (a_tx, b_rx) = courier::chan::bounded(1);
-        let (b_tx, a_rx) = courier::chan::bounded(1);
+    fn make(unbounded: bool) -> (Self, Self) {
+        let chan = || {
+            if unbounded {
+                courier::chan::unbounded()
+            } else {
+                courier::chan::bounded(1)
+            }
+        };
+        let (a_tx, b_rx) = chan();
+        let (b_tx, a_rx) = chan();
         (Courier(a_tx, a_rx), Courier(b_tx, b_rx))
     }
     fn send(&self, v: usize) {
@@ -51,9 +60,16 @@ impl Pair for Courier {
 }
 
 impl Pair for Crossbeam {
-    fn make() -> (Self, Self) {
-        let (a_tx, b_rx) = crossbeam_channel::bounded(1);
-        let (b_tx, a_rx) = crossbeam_channel::bounded(1);
+    fn make(unbounded: bool) -> (Self, Self) {
+        let chan = || {
+            if unbounded {
+                crossbeam_channel::unbounded()
+            } else {
+                crossbeam_channel::bounded(1)
+            }
+        };
+        let (a_tx, b_rx) = chan();
+        let (b_tx, a_rx) = chan();
         (Crossbeam(a_tx, a_rx), Crossbeam(b_tx, b_rx))
     }
     fn send(&self, v: usize) {
@@ -65,8 +81,8 @@ impl Pair for Crossbeam {
 }
 
 /// ns per message: `a` sends to `b` (spsc), or both send then receive (ring).
-fn run<P: Pair>(ring: bool) -> f64 {
-    let (a, b) = P::make();
+fn run<P: Pair>(ring: bool, unbounded: bool) -> f64 {
+    let (a, b) = P::make(unbounded);
     let start = Instant::now();
     let peer = std::thread::spawn(move || {
         pin(1);
@@ -115,12 +131,13 @@ fn floor() -> f64 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let ring = args.next().as_deref() == Some("ring");
+    let unbounded = args.next().as_deref() == Some("unbounded");
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
     pin(0);
     let (mut ours, mut theirs, mut limit) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        ours.push(run::<Courier>(ring) as u64);
-        theirs.push(run::<Crossbeam>(ring) as u64);
+        ours.push(run::<Courier>(ring, unbounded) as u64);
+        theirs.push(run::<Crossbeam>(ring, unbounded) as u64);
         if !ring {
             limit.push(floor() as u64);
         }
