@@ -712,13 +712,14 @@ impl SyncWaitList {
     /// instructions on the shared counter each time a waiter catches its peer within the spin
     /// (`spsc` over `bounded(1)`, both threads on their own CPU: 209 -> 206 ns a message).
     ///
-    /// For the bounded flavor, whose waiters on both sides hand slots to each other: there the
-    /// peer that makes a waiter ready is often a poller running on the other CPU, and catching
-    /// its move without a `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a
-    /// message (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers
-    /// wait for senders that never wait; a receiver spinning there only takes the CPU from them
-    /// (unbounded rings of 4 and 16 threads looked 20-25% slower with the spin, inside this
-    /// machine's noise), so they poll without it.
+    /// For the buffered flavors' waiters. On the bounded one the peer that makes a waiter ready
+    /// is often a poller running on the other CPU, and catching its move without a
+    /// `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a message
+    /// (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers first
+    /// polled without it (its rings of 4 and 16 threads had looked 20-25% slower with a fixed
+    /// spin); with the adaptive, uncounted spin they gain where a sender runs on the other CPU
+    /// (the ring of two, pinned: 114 -> 90 ns a message) and lose nothing measurable in the
+    /// larger rings (session 9).
     #[inline]
     pub(crate) fn poll_spinning_first<R>(
         &self,

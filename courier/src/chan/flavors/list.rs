@@ -562,9 +562,10 @@ impl<T> Channel<T> {
             let ready = self.reserve_recv(token) || {
                 slow = true;
                 self.receivers
-                    .poll(
+                    .poll_spinning_first(
                         || self.reserve_recv(token).then_some(()),
                         || !self.is_empty(),
+                        |_| {},
                     )
                     .is_some()
             };
