@@ -55,6 +55,23 @@ fn bounded_recv_wakes_on_send_or_disconnect() {
     });
 }
 
+/// Three messages through two slots: the ring's lap wraps while the sender waits for room.
+#[test]
+fn bounded2_wraps_its_lap() {
+    model(|| {
+        let (tx, rx) = chan::bounded::<u32>(2);
+        let t = thread::spawn(move || {
+            for i in 0..3 {
+                tx.send(i).unwrap();
+            }
+        });
+        for i in 0..3 {
+            assert_eq!(rx.recv(), Ok(i));
+        }
+        t.join().unwrap();
+    });
+}
+
 /// The same over capacity one, whose slot's stamp carries the whole state and the mark.
 #[test]
 fn bounded1_recv_wakes_on_send_or_disconnect() {

@@ -331,6 +331,33 @@ impl<T> Channel<T> {
         matches!(state & ONE_PHASE, ONE_SENDING | ONE_FULL)
     }
 
+    /// Claims the one slot by moving its stamp from `from` to `to`; on a lost race, backs off
+    /// and returns `false` for the caller to look again.
+    #[inline]
+    fn claim_one(
+        &self,
+        token: &mut ArrayToken,
+        from: usize,
+        to: usize,
+        backoff: &mut Backoff,
+    ) -> bool {
+        let slot = &self.buffer[0];
+        // SYNC POINT: the claim is the change the wait lists' Dekker pairs see (SeqCst RMW).
+        match slot
+            .stamp
+            .compare_exchange_weak(from, to, Ordering::SeqCst, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                token.slot = slot as *const Slot<T> as *const u8;
+                true
+            }
+            Err(_) => {
+                backoff.spin();
+                false
+            }
+        }
+    }
+
     /// `reserve_send` for `cap == 1`.
     fn reserve_send_one(&self, token: &mut ArrayToken) -> bool {
         let slot = &self.buffer[0];
@@ -345,17 +372,8 @@ impl<T> Channel<T> {
             }
             match state {
                 ONE_EMPTY => {
-                    match slot.stamp.compare_exchange_weak(
-                        ONE_EMPTY,
-                        ONE_SENDING,
-                        Ordering::SeqCst,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            token.slot = slot as *const Slot<T> as *const u8;
-                            return true;
-                        }
-                        Err(_) => backoff.spin(),
+                    if self.claim_one(token, state, ONE_SENDING, &mut backoff) {
+                        return true;
                     }
                 }
                 // A receiver is moving the message out: room in a moment.
@@ -376,17 +394,9 @@ impl<T> Channel<T> {
             let state = slot.stamp.load(Ordering::Acquire);
             match state & ONE_PHASE {
                 ONE_FULL => {
-                    match slot.stamp.compare_exchange_weak(
-                        state,
-                        state ^ ONE_FULL ^ ONE_RECEIVING,
-                        Ordering::SeqCst,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            token.slot = slot as *const Slot<T> as *const u8;
-                            return true;
-                        }
-                        Err(_) => backoff.spin(),
+                    let receiving = state ^ ONE_FULL ^ ONE_RECEIVING;
+                    if self.claim_one(token, state, receiving, &mut backoff) {
+                        return true;
                     }
                 }
                 // A sender is writing its message: wait for it.
