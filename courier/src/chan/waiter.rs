@@ -706,11 +706,12 @@ impl SyncWaitList {
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
-    /// paying on this side (`backoff::SpinEstimate`), before it counts itself among the
-    /// pollers: a spinner that is not counted costs nothing but a wake-up a notifier might
-    /// otherwise have skipped, and leaving the count out of the spin saves two locked
-    /// instructions on the shared counter each time a waiter catches its peer within the spin
-    /// (`spsc` over `bounded(1)`, both threads on their own CPU: 209 -> 206 ns a message).
+    /// paying on this side (`backoff::SpinEstimate`), counted among the pollers throughout.
+    /// (Spinning before counting oneself saves two locked instructions when the spin succeeds,
+    /// 209 -> 206 ns a message in `spsc` over `bounded(1)` with pinned threads, but a spinner
+    /// that is not counted lets notifiers wake parked waiters it would have served: unpinned,
+    /// `spsc_bounded1` took 445-477 ns against 159-198 ns counted, and `mpsc_bounded1` 0.85-1.54
+    /// µs against 0.87-0.89 µs; session 9, BENCHMARKS.md.)
     ///
     /// For the buffered flavors' waiters. On the bounded one the peer that makes a waiter ready
     /// is often a poller running on the other CPU, and catching its move without a
@@ -729,13 +730,14 @@ impl SyncWaitList {
     ) -> Option<R> {
         let mut attempt = attempt;
         let may_yield = current_may_yield();
-        if may_yield {
-            if let Some(r) = spin_adaptively(self.pollers.spin(), &mut attempt) {
-                return Some(r);
-            }
-        }
         let polling = self.pollers.enter();
-        let r = spin_then_yield(current_may_spin(), may_yield, attempt);
+        let mut r = None;
+        if may_yield {
+            r = spin_adaptively(self.pollers.spin(), &mut attempt);
+        }
+        if r.is_none() {
+            r = spin_then_yield(current_may_spin(), may_yield, attempt);
+        }
         drop(polling);
         if r.is_none() {
             self.pass_on(ready, help);
