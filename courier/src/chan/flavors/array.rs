@@ -172,9 +172,9 @@ impl<T> Channel<T> {
     ///
     /// Always inlined: with the capacity-one branch the compiler stopped inlining it (and
     /// `reserve_recv`), and `spsc_boundedN` (a million messages) went from 15 to 44-89 ns a
-    /// message: a receiver a few instructions quicker keeps catching up with the sender and
-    /// fighting it for the lines it writes, where a slower one trails it. Inlined: 13-23 ns
-    /// (crossbeam 14-16; BENCHMARKS.md, session 9).
+    /// message, far more than two calls cost: how closely the receiver trails the sender
+    /// decides how often they fight over the slots' lines, and that balance is fragile.
+    /// Inlined: 13-23 ns (crossbeam 14-16; BENCHMARKS.md, session 9).
     #[inline(always)]
     fn reserve_send(&self, token: &mut ArrayToken) -> bool {
         if self.cap == 1 {
