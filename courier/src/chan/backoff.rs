@@ -37,6 +37,12 @@ impl Backoff {
         }
     }
 
+    /// Has this wait spun and yielded as long as it should before parking?
+    #[inline]
+    pub(crate) fn is_completed(&self) -> bool {
+        self.step > YIELD_LIMIT
+    }
+
     /// Backs off while waiting for another task to make progress: spin, then (threads only)
     /// yield the CPU.
     #[inline]

@@ -745,6 +745,45 @@ impl SyncWaitList {
         r
     }
 
+    /// Like [`poll`](Self::poll), but a thread polls only briefly, spinning then yielding four
+    /// times (`Backoff`: crossbeam's schedule, ~4 µs here), before it parks.
+    ///
+    /// For the receivers of a bounded channel with room for more than one message, where a
+    /// waiting receiver usually waits for senders that do not wait for it: polling between
+    /// yields for 50 µs kept such a receiver right behind the sender, fighting it for every
+    /// slot's line, while one that parks is woken once and then trails the sender. `chan --full
+    /// --case spsc_boundedN` (a million messages), three rounds each: 17-20 -> 12-13 ns a
+    /// message (crossbeam 14.5-15.4); `mpsc_boundedN` and `mpmc_boundedN` unchanged within
+    /// their noise (session 9, BENCHMARKS.md). Capacity one keeps the longer poll: there the
+    /// sender waits for the receiver as much as the other way round.
+    #[inline]
+    pub(crate) fn poll_briefly<R>(
+        &self,
+        mut attempt: impl FnMut() -> Option<R>,
+        ready: impl FnOnce() -> bool,
+    ) -> Option<R> {
+        let polling = self.pollers.enter();
+        let r = if cfg!(loom) || !current_may_yield() {
+            spin_then_yield(current_may_spin(), false, attempt)
+        } else {
+            let mut backoff = Backoff::new();
+            loop {
+                backoff.snooze(true);
+                if let Some(r) = attempt() {
+                    break Some(r);
+                }
+                if backoff.is_completed() {
+                    break None;
+                }
+            }
+        };
+        drop(polling);
+        if r.is_none() {
+            self.pass_on(ready, |_| {});
+        }
+        r
+    }
+
     /// Wakes one waiting task if the side is `ready` and no poller is left to take it.
     ///
     /// A peer that makes the side ready while a waiter polls skips the wake-up (`notify`),

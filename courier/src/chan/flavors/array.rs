@@ -609,16 +609,27 @@ impl<T> Channel<T> {
         // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
         let mut slow = false;
         loop {
-            // Fast path, then a spin while a sender is about to deliver.
+            // Fast path, then a spin while a sender is about to deliver: adaptive, then
+            // polling between yields at capacity one (a ping-pong); brief above it, where the
+            // senders rarely wait for us (`SyncWaitList::poll_briefly`).
             let ready = self.reserve_recv(token) || {
                 slow = true;
-                self.receivers
-                    .poll_spinning_first(
-                        || self.reserve_recv(token).then_some(()),
-                        || !self.is_empty(),
-                        |_| {},
-                    )
-                    .is_some()
+                if self.cap == 1 {
+                    self.receivers
+                        .poll_spinning_first(
+                            || self.reserve_recv(token).then_some(()),
+                            || !self.is_empty(),
+                            |_| {},
+                        )
+                        .is_some()
+                } else {
+                    self.receivers
+                        .poll_briefly(
+                            || self.reserve_recv(token).then_some(()),
+                            || !self.is_empty(),
+                        )
+                        .is_some()
+                }
             };
             if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
