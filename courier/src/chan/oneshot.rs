@@ -18,6 +18,7 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
+use super::backoff::Pollers;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
 use super::waiter::{Context, Operation, Selected, SyncWaitList};
 use crate::sync::atomic::{AtomicU8, Ordering};
@@ -34,7 +35,7 @@ struct Inner<T> {
     /// Initialised exactly while `state == FULL`.
     msg: UnsafeCell<MaybeUninit<T>>,
     /// The receiver, when it waits.
-    receiver: SyncWaitList,
+    receiver: SyncWaitList<Pollers>,
 }
 
 // SAFETY: the message moves from the sender's thread to the receiver's (`T: Send`); the state
@@ -196,7 +197,7 @@ impl<T> Receiver<T> {
     }
 
     /// The wait list a `Select` registers on.
-    pub(crate) fn waiters(&self) -> &SyncWaitList {
+    pub(crate) fn waiters(&self) -> &SyncWaitList<Pollers> {
         &self.inner.receiver
     }
 }
