@@ -72,7 +72,8 @@ fn bounded2_wraps_its_lap() {
     });
 }
 
-/// The same over capacity one, whose slot's stamp carries the whole state and the mark.
+/// `bounded_recv_wakes_on_send_or_disconnect` over capacity one, whose slot's stamp carries the
+/// whole state and the disconnect mark.
 #[test]
 fn bounded1_recv_wakes_on_send_or_disconnect() {
     model(|| {

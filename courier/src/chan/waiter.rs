@@ -747,9 +747,9 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a message
     /// (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers first
     /// polled without it (its rings of 4 and 16 threads had looked 20-25% slower with a fixed
-    /// spin); with the adaptive, uncounted spin they gain where a sender runs on the other CPU
-    /// (the ring of two, pinned: 114 -> 90 ns a message) and lose nothing measurable in the
-    /// larger rings (session 9).
+    /// spin); with the adaptive spin they gain where a sender runs on the other CPU (the ring
+    /// of two, pinned: 112-117 -> 87-95 ns a message) and lose nothing measurable in the larger
+    /// rings (session 9).
     #[inline]
     pub(crate) fn poll_spinning_first<R>(
         &self,

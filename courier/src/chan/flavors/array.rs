@@ -15,7 +15,8 @@
 //!   where 2^k = mark_bit = (cap+1).next_power_of_two(), one_lap = 2 * mark_bit
 //! ```
 //!
-//! `mark` is only ever set in `tail` (at capacity one, in the stamp): it means "disconnected". A slot at `index` is
+//! `mark` is only ever set in `tail` (at capacity one, in the stamp): it means "disconnected".
+//! A slot at `index` is
 //! - free for the sender at position `p = {lap, index}` when `stamp == p`;
 //! - full for the receiver at position `p` when `stamp == p + 1`.
 //!
@@ -242,8 +243,8 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_send` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `tail` CAS (capacity one: the stamp's) gave this sender exclusive access to the slot's message
-        // until it publishes the stamp below.
+        // SAFETY: winning the `tail` CAS (capacity one: the stamp's) gave this sender exclusive
+        // access to the slot's message until it publishes the stamp below.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         if self.cap == 1 {
@@ -434,8 +435,8 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_recv` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `head` CAS (capacity one: the stamp's) on a slot stamped "full" gave this receiver exclusive
-        // access to an initialised message, which it moves out exactly once.
+        // SAFETY: winning the `head` CAS (capacity one: the stamp's) on a slot stamped "full"
+        // gave this receiver exclusive access to an initialised message, moved out once.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
         if self.cap == 1 {
             // SYNC POINT: RECEIVING -> EMPTY frees the slot, keeping a disconnect mark set
