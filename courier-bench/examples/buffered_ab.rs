@@ -2,10 +2,13 @@
 //! std's `sync_channel` in one process, taking turns: the A/B behind BENCHMARKS.md's session 9
 //! figures for `spsc_boundedN` and `mpsc_boundedN`.
 //!
-//! `buffered_ab [senders] [rounds]` (default 1 sender, 7 rounds): `senders` threads send
-//! 100,000 messages in all (a channel of that capacity) to one receiver on the main thread. Prints each subject's ns per
-//! message, sorted.
+//! `buffered_ab [senders] [rounds] [barrier]` (default 1 sender, 7 rounds): `senders` threads
+//! send 100,000 messages in all (a channel of that capacity) to one receiver on the main thread,
+//! or, with `barrier`, on a thread of its own released with the senders by a barrier (as the
+//! `chan` suite does: the span from the first sender's start to the receiver's end). Prints each
+//! subject's ns per message, sorted.
 
+use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 const MESSAGES: usize = 100_000;
@@ -13,61 +16,90 @@ const MESSAGES: usize = 100_000;
 /// ns per message through `make()`'s channel.
 fn run<S, R>(
     senders: usize,
+    barrier: bool,
     make: impl FnOnce() -> (S, R),
     send: fn(&S, usize),
     recv: fn(&R) -> usize,
 ) -> f64
 where
     S: Clone + Send + 'static,
+    R: Send + 'static,
 {
     let (tx, rx) = make();
+    let gate = Arc::new(Barrier::new(senders + usize::from(barrier)));
     let start = Instant::now();
     let threads: Vec<_> = (0..senders)
         .map(|_| {
             let tx = tx.clone();
+            let gate = gate.clone();
             std::thread::spawn(move || {
+                if barrier {
+                    gate.wait();
+                }
+                let start = Instant::now();
                 for i in 0..MESSAGES / senders {
                     send(&tx, i);
                 }
+                start
             })
         })
         .collect();
     drop(tx);
-    let mut sum = 0;
-    for _ in 0..MESSAGES / senders * senders {
-        sum += recv(&rx);
-    }
+    let receive = move || {
+        if barrier {
+            gate.wait();
+        }
+        let mut sum = 0;
+        for _ in 0..MESSAGES / senders * senders {
+            sum += recv(&rx);
+        }
+        std::hint::black_box(sum);
+        Instant::now()
+    };
+    let end = if barrier {
+        std::thread::spawn(receive).join().unwrap()
+    } else {
+        receive()
+    };
+    let mut first = start;
     for t in threads {
-        t.join().unwrap();
+        let t = t.join().unwrap();
+        if barrier {
+            first = if first == start { t } else { first.min(t) };
+        }
     }
-    std::hint::black_box(sum);
-    start.elapsed().as_nanos() as f64 / MESSAGES as f64
+    (end - first).as_nanos() as f64 / MESSAGES as f64
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let senders: usize = args.next().map_or(1, |s| s.parse().expect("senders"));
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
+    let barrier = args.next().is_some_and(|a| a == "barrier");
     let mut figures = [Vec::new(), Vec::new(), Vec::new()];
+    let only = std::env::var("AB_ONLY").ok();
     for _ in 0..rounds {
-        figures[0].push(run(
+        if only.as_deref().is_none_or(|o| o == "courier") { figures[0].push(run(
             senders,
+            barrier,
             || courier::chan::bounded(MESSAGES),
             |tx: &courier::chan::Sender<usize>, v| tx.send(v).unwrap(),
             |rx: &courier::chan::Receiver<usize>| rx.recv().unwrap(),
-        ) as u64);
-        figures[1].push(run(
+        ) as u64); }
+        if only.as_deref().is_none_or(|o| o == "crossbeam-channel") { figures[1].push(run(
             senders,
+            barrier,
             || crossbeam_channel::bounded(MESSAGES),
             |tx: &crossbeam_channel::Sender<usize>, v| tx.send(v).unwrap(),
             |rx: &crossbeam_channel::Receiver<usize>| rx.recv().unwrap(),
-        ) as u64);
-        figures[2].push(run(
+        ) as u64); }
+        if only.as_deref().is_none_or(|o| o == "std-mpsc") { figures[2].push(run(
             senders,
+            barrier,
             || std::sync::mpsc::sync_channel(MESSAGES),
             |tx: &std::sync::mpsc::SyncSender<usize>, v| tx.send(v).unwrap(),
             |rx: &std::sync::mpsc::Receiver<usize>| rx.recv().unwrap(),
-        ) as u64);
+        ) as u64); }
     }
     for (name, v) in ["courier", "crossbeam-channel", "std-mpsc"]
         .iter()
