@@ -61,10 +61,10 @@ where
     } else {
         receive()
     };
-    let starts = threads.into_iter().map(|t| t.join().unwrap());
+    let starts: Vec<Instant> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     // Released by the barrier, the span starts with the first sender; else at the spawns.
     let first = if barrier {
-        starts.min().unwrap()
+        starts.into_iter().min().unwrap()
     } else {
         start
     };
