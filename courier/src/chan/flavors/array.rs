@@ -224,8 +224,11 @@ impl<T> Channel<T> {
                 backoff.spin();
                 tail = self.tail.load(Ordering::Relaxed);
             } else {
-                // Another sender claimed this slot and moved `tail`: catch up.
-                backoff.spin();
+                // Another sender claimed this slot and moved `tail`: catch up, and after a few
+                // lost rounds give the CPU away (crossbeam's `snooze` here). Senders outnumbering
+                // the CPUs otherwise spin against each other on `tail` while the receiver waits
+                // for a CPU: `buffered_ab 4 15 barrier` 43-66 -> 20-26 ns a message.
+                backoff.snooze(true);
                 tail = self.tail.load(Ordering::Relaxed);
             }
         }
@@ -311,8 +314,8 @@ impl<T> Channel<T> {
                 backoff.snooze(true);
                 head = self.head.load(Ordering::Relaxed);
             } else {
-                // Another receiver took this slot: catch up.
-                backoff.spin();
+                // Another receiver took this slot: catch up (and yield, as senders do).
+                backoff.snooze(true);
                 head = self.head.load(Ordering::Relaxed);
             }
         }
