@@ -6,7 +6,9 @@
 //! send 100,000 messages in all (a channel of that capacity) to one receiver on the main thread,
 //! or, with `barrier`, on a thread of its own released with the senders by a barrier (as the
 //! `chan` suite does: the span from the first sender's start to the receiver's end). Prints each
-//! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile it).
+//! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile it);
+//! `AB_RECEIVERS=<n>` receives on `n` threads (the extra ones released with the others, or
+//! spawned at once without `barrier`).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -16,17 +18,20 @@ const MESSAGES: usize = 100_000;
 /// ns per message through `make()`'s channel.
 fn run<S, R>(
     senders: usize,
+    receivers: usize,
     barrier: bool,
     make: impl FnOnce() -> (S, R),
     send: fn(&S, usize),
     recv: fn(&R) -> usize,
+    clone_rx: fn(&R) -> R,
 ) -> f64
 where
     S: Clone + Send + 'static,
     R: Send + 'static,
 {
     let (tx, rx) = make();
-    let gate = Arc::new(Barrier::new(senders + usize::from(barrier)));
+    let messages = MESSAGES / (senders * receivers) * senders * receivers;
+    let gate = Arc::new(Barrier::new(senders + receivers));
     let start = Instant::now();
     let threads: Vec<_> = (0..senders)
         .map(|_| {
@@ -37,7 +42,7 @@ where
                     gate.wait();
                 }
                 let start = Instant::now();
-                for i in 0..MESSAGES / senders {
+                for i in 0..messages / senders {
                     send(&tx, i);
                 }
                 start
@@ -45,22 +50,32 @@ where
         })
         .collect();
     drop(tx);
-    let receive = move || {
+    let receive = move |rx: R, gate: Arc<Barrier>| {
         if barrier {
             gate.wait();
         }
         let mut sum = 0;
-        for _ in 0..MESSAGES / senders * senders {
+        for _ in 0..messages / receivers {
             sum += recv(&rx);
         }
         std::hint::black_box(sum);
         Instant::now()
     };
-    let end = if barrier {
-        std::thread::spawn(receive).join().unwrap()
+    let mut ends = Vec::new();
+    let helpers: Vec<_> = (1..receivers)
+        .map(|_| {
+            let (rx, gate) = (clone_rx(&rx), gate.clone());
+            std::thread::spawn(move || receive(rx, gate))
+        })
+        .collect();
+    ends.push(if barrier {
+        std::thread::spawn(move || receive(rx, gate))
+            .join()
+            .unwrap()
     } else {
-        receive()
-    };
+        receive(rx, gate)
+    });
+    ends.extend(helpers.into_iter().map(|t| t.join().unwrap()));
     let starts: Vec<Instant> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     // Released by the barrier, the span starts with the first sender; else at the spawns.
     let first = if barrier {
@@ -68,7 +83,7 @@ where
     } else {
         start
     };
-    (end - first).as_nanos() as f64 / MESSAGES as f64
+    (ends.into_iter().max().unwrap() - first).as_nanos() as f64 / messages as f64
 }
 
 fn main() {
@@ -77,34 +92,42 @@ fn main() {
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
     let barrier = args.next().is_some_and(|a| a == "barrier");
     let only = std::env::var("AB_ONLY").ok();
+    let receivers: usize =
+        std::env::var("AB_RECEIVERS").map_or(1, |r| r.parse().expect("receivers"));
     let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let mut figures = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..rounds {
         if runs("courier") {
             figures[0].push(run(
                 senders,
+                receivers,
                 barrier,
                 || courier::chan::bounded(MESSAGES),
                 |tx: &courier::chan::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &courier::chan::Receiver<usize>| rx.recv().unwrap(),
+                courier::chan::Receiver::clone,
             ) as u64);
         }
         if runs("crossbeam-channel") {
             figures[1].push(run(
                 senders,
+                receivers,
                 barrier,
                 || crossbeam_channel::bounded(MESSAGES),
                 |tx: &crossbeam_channel::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &crossbeam_channel::Receiver<usize>| rx.recv().unwrap(),
+                crossbeam_channel::Receiver::clone,
             ) as u64);
         }
-        if runs("std-mpsc") {
+        if runs("std-mpsc") && receivers == 1 {
             figures[2].push(run(
                 senders,
+                receivers,
                 barrier,
                 || std::sync::mpsc::sync_channel(MESSAGES),
                 |tx: &std::sync::mpsc::SyncSender<usize>, v| tx.send(v).unwrap(),
                 |rx: &std::sync::mpsc::Receiver<usize>| rx.recv().unwrap(),
+                |_| unreachable!("std's receiver is single"),
             ) as u64);
         }
     }
