@@ -6,9 +6,10 @@
 //! send 100,000 messages in all (a channel of that capacity) to one receiver on the main thread,
 //! or, with `barrier`, on a thread of its own released with the senders by a barrier (as the
 //! `chan` suite does: the span from the first sender's start to the receiver's end). Prints each
-//! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile it);
-//! `AB_RECEIVERS=<n>` receives on `n` threads (the extra ones released with the others, or
-//! spawned at once without `barrier`).
+//! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile
+//! it); `AB_CAP=<n>` gives the channel room for `n` messages only; `AB_RECEIVERS=<n>` receives
+//! on `n` threads (the extra ones released with the others, or spawned at once without
+//! `barrier`).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -92,6 +93,7 @@ fn main() {
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
     let barrier = args.next().is_some_and(|a| a == "barrier");
     let only = std::env::var("AB_ONLY").ok();
+    let cap: usize = std::env::var("AB_CAP").map_or(MESSAGES, |c| c.parse().expect("capacity"));
     let receivers: usize =
         std::env::var("AB_RECEIVERS").map_or(1, |r| r.parse().expect("receivers"));
     let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -102,7 +104,7 @@ fn main() {
                 senders,
                 receivers,
                 barrier,
-                || courier::chan::bounded(MESSAGES),
+                || courier::chan::bounded(cap),
                 |tx: &courier::chan::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &courier::chan::Receiver<usize>| rx.recv().unwrap(),
                 courier::chan::Receiver::clone,
@@ -113,7 +115,7 @@ fn main() {
                 senders,
                 receivers,
                 barrier,
-                || crossbeam_channel::bounded(MESSAGES),
+                || crossbeam_channel::bounded(cap),
                 |tx: &crossbeam_channel::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &crossbeam_channel::Receiver<usize>| rx.recv().unwrap(),
                 crossbeam_channel::Receiver::clone,
@@ -124,7 +126,7 @@ fn main() {
                 senders,
                 receivers,
                 barrier,
-                || std::sync::mpsc::sync_channel(MESSAGES),
+                || std::sync::mpsc::sync_channel(cap),
                 |tx: &std::sync::mpsc::SyncSender<usize>, v| tx.send(v).unwrap(),
                 |rx: &std::sync::mpsc::Receiver<usize>| rx.recv().unwrap(),
                 |_| unreachable!("std's receiver is single"),
