@@ -198,8 +198,10 @@ pub(crate) fn spin_then_yield<R>(
 
 /// A thread's spin before it polls between yields: as many attempts as `estimate` allows (one
 /// attempt after one `pause` when spinning has not been paying; at most crossbeam's whole
-/// spin), attempt `k` after `2^min(k-1, 6)` `pause`s. Nothing under loom: the models make their
-/// one attempt in [`spin_then_yield`].
+/// spin), attempt `k` after `2^min(k-1, 6)` `pause`s; and every [`EXPLORE_EVERY`]th wait of
+/// the thread, the whole spin, to find out whether longer spins would pay (see
+/// [`SpinEstimate`]). Nothing under loom: the models make their one attempt in
+/// [`spin_then_yield`].
 #[inline]
 pub(crate) fn spin_adaptively<R>(
     estimate: &SpinEstimate,
@@ -208,7 +210,11 @@ pub(crate) fn spin_adaptively<R>(
     if cfg!(loom) {
         return None;
     }
-    let limit = estimate.limit();
+    let limit = if explores() {
+        SPIN_MAX
+    } else {
+        estimate.limit()
+    };
     for k in 1..=limit {
         for _ in 0..1u32 << (k - 1).min(6) {
             sync::spin_loop();
@@ -218,8 +224,42 @@ pub(crate) fn spin_adaptively<R>(
             return Some(r);
         }
     }
-    estimate.record(0);
+    // Only a whole spin that ran out says spinning does not pay; a shorter one says nothing
+    // about the attempts it did not make.
+    if limit == SPIN_MAX {
+        estimate.record(0);
+    }
     None
+}
+
+/// One wait in this many spins the whole spin whatever the estimate says.
+///
+/// Without it the estimate could not grow where only long spins pay: `mpmc_bounded1` (four
+/// senders and four receivers on a capacity-one channel, two CPUs) has a counterpart on the
+/// other CPU take the slot within ~1-2 µs, but a spin of a few `pause`s never sees it, so every
+/// wait ran out, pulled the estimate to the floor, and went on to poll between `sched_yield`s:
+/// two yields and 1.6 context switches a message (`perf stat`), against crossbeam's 0.06.
+/// Exploring (1 in 64) with the censoring above: `buffered_ab` with `AB_CAP=1 AB_RECEIVERS=4`,
+/// 1.68-1.88 -> 0.73-0.96 µs a message (crossbeam 1.06-1.22); `chan --case _bounded1`,
+/// interleaved with the build before, `mpmc_bounded1` 1.64-1.98 -> 0.84-1.45 µs,
+/// `mpsc_bounded1` 1.65-1.91 -> 1.27-1.30 µs, `spsc_bounded1` 537-545 -> 369-431 ns; the ring
+/// of two over bounded(1) 284-1280 -> 161-168 ns; the bounded(1) rings of 4 and 16 threads,
+/// where no spin pays, 0-10% slower (BENCHMARKS.md, session 10). One in 16 cost those rings
+/// 15-20%.
+const EXPLORE_EVERY: u32 = 64;
+
+/// Is this wait of the calling thread one that explores?
+#[inline]
+fn explores() -> bool {
+    thread_local! {
+        /// The thread's waits so far (wrapping).
+        static WAITS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    WAITS.with(|waits| {
+        let n = waits.get().wrapping_add(1);
+        waits.set(n);
+        n % EXPLORE_EVERY == 0
+    })
 }
 
 /// Attempts a thread spins before yielding when spinning has not been paying (one `pause`; 2
@@ -233,7 +273,9 @@ const SCALE: u32 = 16;
 
 /// An adaptive spin limit for one channel side: the threads polling it spin before they yield
 /// for up to twice the number of attempts recent successful spins took (plus a small floor), and
-/// a spin that runs out pulls the estimate towards zero.
+/// a whole spin that runs out pulls the estimate towards zero (a shorter one that runs out
+/// leaves it: it did not try the attempts that might have paid, which the occasional whole
+/// spin of [`spin_adaptively`] explores).
 ///
 /// Spinning pays when the peer that will make the operation ready is running on another CPU
 /// (`mpmc_bounded1`: a sender and a receiver on two CPUs hand the one slot back and forth),
@@ -303,5 +345,46 @@ mod tests {
             estimate.record(1);
         }
         assert!((SPIN_FLOOR..=SPIN_FLOOR + 2).contains(&estimate.limit()));
+    }
+
+    #[test]
+    fn a_thread_explores_one_wait_in_every_explore_every() {
+        std::thread::spawn(|| {
+            let explored = (0..10 * EXPLORE_EVERY).filter(|_| explores()).count();
+            assert_eq!(explored, 10);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn only_a_whole_spin_that_runs_out_shrinks_the_estimate() {
+        let estimate = SpinEstimate::new();
+        for _ in 0..200 {
+            estimate.record(SPIN_MAX);
+        }
+        let grown = estimate.0.load(std::sync::atomic::Ordering::Relaxed);
+        // Fewer than `EXPLORE_EVERY` waits, so none explores: each stops at the limit, which
+        // is the whole spin here, and runs out.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(spin_adaptively(&estimate, &mut || None::<()>), None);
+            });
+        });
+        let after_whole = estimate.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(after_whole < grown);
+        // Back at the floor, spins that run out early leave the estimate where it is.
+        for _ in 0..200 {
+            estimate.record(0);
+        }
+        let low = estimate.0.load(std::sync::atomic::Ordering::Relaxed);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..EXPLORE_EVERY - 1 {
+                    assert_eq!(spin_adaptively(&estimate, &mut || None::<()>), None);
+                }
+            });
+        });
+        assert_eq!(estimate.0.load(std::sync::atomic::Ordering::Relaxed), low);
     }
 }
