@@ -87,6 +87,11 @@ where
     (ends.into_iter().max().unwrap() - first).as_nanos() as f64 / messages as f64
 }
 
+/// Is std's subject asked for (all subjects, or it alone)?
+fn runs_std(only: &Option<String>) -> bool {
+    only.as_deref().is_none_or(|o| o == "std-mpsc")
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let senders: usize = args.next().map_or(1, |s| s.parse().expect("senders"));
@@ -96,6 +101,13 @@ fn main() {
     let cap: usize = std::env::var("AB_CAP").map_or(MESSAGES, |c| c.parse().expect("capacity"));
     let receivers: usize =
         std::env::var("AB_RECEIVERS").map_or(1, |r| r.parse().expect("receivers"));
+    assert!(
+        senders > 0 && receivers > 0 && senders * receivers <= MESSAGES,
+        "one to {MESSAGES} senders times receivers"
+    );
+    if receivers > 1 && runs_std(&only) {
+        eprintln!("std-mpsc left out: its receiver cannot be shared");
+    }
     let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let mut figures = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..rounds {

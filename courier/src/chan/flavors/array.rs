@@ -224,10 +224,12 @@ impl<T> Channel<T> {
                 backoff.spin();
                 tail = self.tail.load(Ordering::Relaxed);
             } else {
-                // Another sender claimed this slot and moved `tail`: catch up, and after a few
-                // lost rounds give the CPU away (crossbeam's `snooze` here). Senders outnumbering
-                // the CPUs otherwise spin against each other on `tail` while the receiver waits
-                // for a CPU: `buffered_ab 4 15 barrier` 43-66 -> 20-26 ns a message.
+                // Another sender claimed this slot and moved `tail` (catch up), or a peer of the
+                // previous lap is still writing or reading the slot (wait for it). After a few
+                // rounds give the CPU away (crossbeam's `snooze` here): senders outnumbering the
+                // CPUs otherwise spin against each other on `tail` while the receiver waits for
+                // a CPU (`buffered_ab 4 15 barrier` 43-66 -> 20-26 ns a message), and a peer
+                // preempted mid-slot needs this CPU to finish.
                 backoff.snooze(true);
                 tail = self.tail.load(Ordering::Relaxed);
             }
@@ -314,7 +316,8 @@ impl<T> Channel<T> {
                 backoff.snooze(true);
                 head = self.head.load(Ordering::Relaxed);
             } else {
-                // Another receiver took this slot: catch up (and yield, as senders do).
+                // Another receiver took this slot (catch up), or the previous lap's sender is
+                // still writing it (wait for it): yield after a few rounds, as senders do.
                 backoff.snooze(true);
                 head = self.head.load(Ordering::Relaxed);
             }
