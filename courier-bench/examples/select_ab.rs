@@ -103,9 +103,14 @@ fn run<S: Subject>(cap: usize, messages: usize) -> f64 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let cap: usize = args.next().map_or(1, |c| c.parse().expect("capacity"));
-    let messages: usize = args.next().map_or(100_000, |m| m.parse().expect("messages"));
+    let messages: usize = args
+        .next()
+        .map_or(100_000, |m| m.parse().expect("messages"));
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
-    assert!(cap > 0 && messages >= SENDERS, "capacity >= 1, messages >= {SENDERS}");
+    assert!(
+        cap > 0 && messages >= SENDERS,
+        "capacity >= 1, messages >= {SENDERS}"
+    );
     let only = std::env::var("AB_ONLY").ok();
     let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());

@@ -203,7 +203,13 @@ pub(crate) fn spin_then_yield<R>(
 /// the thread, the whole spin, to find out whether longer spins would pay (see
 /// [`SpinEstimate`]). Nothing under loom: the models make their one attempt in
 /// [`spin_then_yield`].
-#[inline]
+///
+/// Out of line: it runs only once a wait has begun, and inlined (with the exploring wait's
+/// thread-local counter) it changed the code of the send and receive fast paths it was inlined
+/// beside enough to move `spsc_boundedN` (a million messages) from 13 to 15-29 ns a message
+/// (`chan --full --case spsc_boundedN`, session 10). How closely a receiver trails its sender
+/// there depends on the exact timing of both loops; see BENCHMARKS.md.
+#[inline(never)]
 pub(crate) fn spin_adaptively<R>(
     estimate: &SpinEstimate,
     attempt: &mut impl FnMut() -> Option<R>,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::backoff::Pollers;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use super::waiter::{Context, Operation, Selected, SyncWaitList};
+use super::waiter::{Operation, SyncWaitList};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, UnsafeCell};
 
@@ -169,18 +169,13 @@ impl<T> Receiver<T> {
                 return Err(RecvTimeoutError::Timeout);
             }
             let mut hook = 0u8;
-            Context::with(|cx| {
-                let oper = Operation::hook(&mut hook);
-                self.inner.receiver.register(oper, cx);
-                // SYNC POINT: SeqCst re-check; partner: the sender's SeqCst CAS (see
-                // `SyncWaitList::register`).
-                if self.inner.state.load(Ordering::SeqCst) != EMPTY {
-                    let _ = cx.try_select(Selected::Aborted);
-                }
-                if let Selected::Aborted | Selected::Disconnected = cx.wait_until(deadline, false) {
-                    self.inner.receiver.unregister(oper);
-                }
-            });
+            // SYNC POINT: SeqCst re-check; partner: the sender's SeqCst CAS (see
+            // `SyncWaitList::register`).
+            self.inner
+                .receiver
+                .park_unless(Operation::hook(&mut hook), deadline, || {
+                    self.inner.state.load(Ordering::SeqCst) != EMPTY
+                });
         }
     }
 

@@ -851,6 +851,32 @@ impl<P: PollerCell> SyncWaitList<P> {
         loom_seqcst_fence();
     }
 
+    /// Steps 1-3 of the protocol for a waiter that a peer only has to wake (a receiver of a
+    /// buffered channel or a oneshot): registers `oper`, re-checks with `ready` (SeqCst loads:
+    /// the waiter's half of the Dekker pair in [`register`](Self::register)) and aborts the
+    /// wait if the side is ready after all, then parks until a peer claims the wait, the
+    /// channel is disconnected or `deadline` passes; unregisters unless a peer took the entry.
+    /// The caller then retries its operation.
+    pub(crate) fn park_unless(
+        &self,
+        oper: Operation,
+        deadline: Option<Instant>,
+        ready: impl FnOnce() -> bool,
+    ) {
+        Context::with(|cx| {
+            self.register(oper, cx);
+            if ready() {
+                let _ = cx.try_select(Selected::Aborted);
+            }
+            match cx.wait_until(deadline, false) {
+                Selected::Aborted | Selected::Disconnected => {
+                    self.unregister(oper);
+                }
+                Selected::Operation(_) | Selected::Waiting => {}
+            }
+        });
+    }
+
     /// Removes `oper` if a peer did not already take it.
     pub(crate) fn unregister(&self, oper: Operation) -> Option<Entry> {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());

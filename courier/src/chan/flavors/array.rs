@@ -651,19 +651,10 @@ impl<T> Channel<T> {
                     return Err(RecvTimeoutError::Timeout);
                 }
             }
-            Context::with(|cx| {
-                let oper = Operation::hook(token);
-                self.receivers.register(oper, cx);
-                if !self.is_empty() || self.is_disconnected() {
-                    let _ = cx.try_select(Selected::Aborted);
-                }
-                match cx.wait_until(deadline, false) {
-                    Selected::Aborted | Selected::Disconnected => {
-                        self.receivers.unregister(oper);
-                    }
-                    Selected::Operation(_) | Selected::Waiting => {}
-                }
-            });
+            self.receivers
+                .park_unless(Operation::hook(token), deadline, || {
+                    !self.is_empty() || self.is_disconnected()
+                });
         }
     }
 

@@ -42,7 +42,7 @@ use crossbeam_utils::CachePadded;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Operation, Selected, SyncWaitList};
+use crate::chan::waiter::{Context, Operation, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -582,19 +582,10 @@ impl<T> Channel<T> {
                     return Err(RecvTimeoutError::Timeout);
                 }
             }
-            Context::with(|cx| {
-                let oper = Operation::hook(token);
-                self.receivers.register(oper, cx);
-                if !self.is_empty() || self.is_disconnected() {
-                    let _ = cx.try_select(Selected::Aborted);
-                }
-                match cx.wait_until(deadline, false) {
-                    Selected::Aborted | Selected::Disconnected => {
-                        self.receivers.unregister(oper);
-                    }
-                    Selected::Operation(_) | Selected::Waiting => {}
-                }
-            });
+            self.receivers
+                .park_unless(Operation::hook(token), deadline, || {
+                    !self.is_empty() || self.is_disconnected()
+                });
         }
     }
 
