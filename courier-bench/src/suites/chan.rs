@@ -576,11 +576,14 @@ const BUFFERED_MESSAGES: (usize, usize) = (100_000, 1_000_000);
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let blocking_n = ctx.pick(MESSAGES.0, MESSAGES.1);
     let buffered_n = ctx.pick(BUFFERED_MESSAGES.0, BUFFERED_MESSAGES.1);
-    // --full: one sample of a million where a sample can take the slowest peers over 30 s
-    // (bounded(0) and bounded(1), where every message may wake a sleeping thread), as the
-    // seed's benchmark runs; five where a million takes well under a second (the buffered
-    // flavors), whose 10-30% differences one sample on a shared machine cannot settle.
-    let blocking_samples = ctx.samples(3, 1);
+    // --full: one sample of a million on bounded(0), where a sample takes the slowest peers
+    // over 30 s (every message may wake a sleeping thread), as the seed's benchmark runs; three
+    // on bounded(1), where the slowest take 5-15 s and one sample of the multi-thread cases
+    // landed anywhere from 0.5x to 2x of crossbeam (session 10, BENCHMARKS.md); five where a
+    // million takes well under a second (the buffered flavors), whose 10-30% differences one
+    // sample on a shared machine cannot settle.
+    let rendezvous_samples = ctx.samples(3, 1);
+    let bounded1_samples = ctx.samples(3, 3);
     let buffered_samples = ctx.samples(9, 5);
     for kind in [
         Kind::Bounded0,
@@ -589,9 +592,10 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         Kind::Unbounded,
     ] {
         let buffered = matches!(kind, Kind::BoundedN(_) | Kind::Unbounded);
-        let (n, samples) = match buffered {
-            true => (buffered_n, buffered_samples),
-            false => (blocking_n, blocking_samples),
+        let (n, samples) = match kind {
+            Kind::Bounded0 => (blocking_n, rendezvous_samples),
+            Kind::Bounded1 => (blocking_n, bounded1_samples),
+            Kind::BoundedN(_) | Kind::Unbounded => (buffered_n, buffered_samples),
         };
         // Counts divisible by T, so every thread moves the same number of messages.
         let n = n / THREADS * THREADS;
@@ -617,7 +621,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         }
     }
     ctx.note(format!(
-        "{blocking_n} messages per sample on bounded(0) and bounded(1), {buffered_n} on boundedN and unbounded; {blocking_samples} sample(s) (buffered flavors: {buffered_samples}) after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
+        "{blocking_n} messages per sample on bounded(0) and bounded(1), {buffered_n} on boundedN and unbounded; {rendezvous_samples} sample(s) on bounded(0), {bounded1_samples} on bounded(1), {buffered_samples} on the buffered flavors, after a warm-up of a tenth as many, subjects taking turns; T = {THREADS} threads per side; \
          seq = one thread sends all then receives all; boundedN has room for all N"
     ));
     ctx.note("std-mpsc has no select and no shared receiver: those cases are left out, not faked");
