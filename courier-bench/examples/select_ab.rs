@@ -3,7 +3,8 @@
 //! thread released by one barrier, the span from the first start to the last end.
 //!
 //! `select_ab [capacity] [messages] [rounds]` (default 1, 100,000, 7). `AB_ONLY=<subject>` runs
-//! that subject alone (to profile it). Prints each subject's ns per message, sorted.
+//! that subject alone (to profile it); `AB_ACTIVE=n` gives only the first `n` channels a sender
+//! (the receiver still selects over all four). Prints each subject's ns per message, sorted.
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -63,10 +64,12 @@ impl Subject for Crossbeam {
 }
 
 /// ns per message.
-fn run<S: Subject>(cap: usize, messages: usize) -> f64 {
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..SENDERS).map(|_| S::make(cap)).unzip();
-    let per_sender = messages / SENDERS;
-    let gate = Arc::new(Barrier::new(SENDERS + 1));
+fn run<S: Subject>(cap: usize, messages: usize, active: usize) -> f64 {
+    let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..SENDERS).map(|_| S::make(cap)).unzip();
+    // The idle channels stay connected (a select would take their disconnection).
+    let idle = txs.split_off(active);
+    let per_sender = messages / active;
+    let gate = Arc::new(Barrier::new(active + 1));
     let senders: Vec<_> = txs
         .into_iter()
         .map(|tx| {
@@ -85,19 +88,20 @@ fn run<S: Subject>(cap: usize, messages: usize) -> f64 {
     let receiver = std::thread::spawn(move || {
         gate.wait();
         let mut sum = 0;
-        for _ in 0..per_sender * SENDERS {
+        for _ in 0..per_sender * active {
             sum += S::select_recv(&rxs);
         }
         std::hint::black_box(sum);
         Instant::now()
     });
     let end = receiver.join().unwrap();
+    drop(idle);
     let first = senders
         .into_iter()
         .map(|t| t.join().unwrap().0)
         .min()
         .unwrap();
-    (end - first).as_nanos() as f64 / (per_sender * SENDERS) as f64
+    (end - first).as_nanos() as f64 / (per_sender * active) as f64
 }
 
 fn main() {
@@ -111,15 +115,22 @@ fn main() {
         cap > 0 && messages >= SENDERS,
         "capacity >= 1, messages >= {SENDERS}"
     );
+    let active = std::env::var("AB_ACTIVE")
+        .ok()
+        .map_or(SENDERS, |a| a.parse().expect("AB_ACTIVE"));
+    assert!(
+        (1..=SENDERS).contains(&active),
+        "1 <= AB_ACTIVE <= {SENDERS}"
+    );
     let only = std::env::var("AB_ONLY").ok();
     let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         if runs("courier") {
-            ours.push(run::<Courier>(cap, messages) as u64);
+            ours.push(run::<Courier>(cap, messages, active) as u64);
         }
         if runs("crossbeam-channel") {
-            theirs.push(run::<Crossbeam>(cap, messages) as u64);
+            theirs.push(run::<Crossbeam>(cap, messages, active) as u64);
         }
     }
     for (name, v) in [("courier", &mut ours), ("crossbeam-channel", &mut theirs)] {

@@ -308,7 +308,7 @@ const SCALE: u32 = 16;
 pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);
 
 impl SpinEstimate {
-    const fn new() -> SpinEstimate {
+    pub(crate) const fn new() -> SpinEstimate {
         SpinEstimate(std::sync::atomic::AtomicU32::new(0))
     }
 
