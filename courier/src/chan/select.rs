@@ -488,9 +488,9 @@ impl<'a> Select<'a> {
     /// each on its own channel, one selecting receiver, two CPUs) registered for most
     /// messages: its receiver's time went to the locks, and its polling senders took the CPU
     /// it shared with them (173,000 context switches for 600,000 messages, crossbeam 3,600).
-    /// `select_ab 1 200000 5` taking turns with crossbeam (BENCHMARKS.md, session 11): 1.11-1.29
-    /// -> 0.45-0.62 µs a message in the machine's slow mode (crossbeam 0.78-2.2), 0.44-0.47 ->
-    /// 0.26-0.35 µs in its fast one (crossbeam 0.22-0.24).
+    /// `select_ab 1 200000 5`, the two builds and crossbeam taking turns (BENCHMARKS.md, session
+    /// 11), medians: 1.34-1.40 -> 0.51-0.53 µs a message in the machine's slow mode (crossbeam
+    /// 0.86-1.11), 0.44-0.47 -> 0.28-0.35 µs in its fast one (crossbeam 0.22-0.23).
     fn spin_before_registering<R>(&self, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
         thread_local! {
             static SPIN: SpinEstimate = const { SpinEstimate::new() };
