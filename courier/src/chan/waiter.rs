@@ -238,6 +238,7 @@ impl Context {
     /// registered any more, so no peer claims it concurrently (an old waker may still unpark,
     /// which is a harmless spurious wake-up).
     #[inline]
+    #[cfg_attr(loom, allow(dead_code))] // its callers are left out of loom builds
     fn reset(&self) {
         self.inner.select.store(WAITING, Ordering::Relaxed);
         self.inner
@@ -381,6 +382,7 @@ impl Context {
 
     /// Parks the task directly (for `chan::local`, which keeps its own wake-up flag).
     #[inline]
+    #[cfg_attr(loom, allow(dead_code))] // `chan::local` is left out of loom builds
     pub(crate) fn park(&self, deadline: Option<Instant>) {
         self.inner.parker.park(deadline);
     }
@@ -509,6 +511,7 @@ pub(crate) fn current_task_id() -> usize {
 /// t.join().unwrap();
 /// ```
 pub struct TaskContext {
+    #[cfg_attr(loom, allow(dead_code))] // `run` installs it, left out of loom builds
     cx: Context,
 }
 
