@@ -10,7 +10,14 @@ pub fn open_fds() -> usize {
 }
 
 /// Serialises the tests of one binary that hold it, and checks when dropped
-/// that the process has as many descriptors open as when it was taken.
+/// that the process has no more descriptors open than when it was taken.
+///
+/// The tests of one binary are threads of one process, and a thread outside
+/// the lock (the test harness, a test that does not take it, proptest looking
+/// for its failure file as a test starts) may hold a descriptor for a moment
+/// when a count is taken: a run of `ipc_hostile` once counted 7 before and 6
+/// after. So fewer at the end is no leak, and more at the end must last half
+/// a second to be called one.
 pub struct FdCheck {
     before: usize,
     _serial: MutexGuard<'static, ()>,
@@ -27,8 +34,20 @@ pub fn fd_check() -> FdCheck {
 
 impl Drop for FdCheck {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            assert_eq!(open_fds(), self.before, "descriptor leak");
+        if std::thread::panicking() {
+            return;
         }
+        for _ in 0..50 {
+            if open_fds() <= self.before {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let after = open_fds();
+        assert!(
+            after <= self.before,
+            "descriptor leak: {after} open, {} before",
+            self.before
+        );
     }
 }
