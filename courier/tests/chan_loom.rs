@@ -181,8 +181,7 @@ fn unbounded_two_receivers_split_messages() {
 
 /// Two senders fill one (loom-sized, two-slot) block and two receivers empty it: the reader of
 /// the last slot retires the block, possibly while the other slot's sender has claimed it but
-/// not written it yet; senders mark a slot written with a plain store (see `flavors::list`),
-/// so the destroyer must wait for that store before it marks the slot.
+/// not written it yet, or while that slot's receiver, having claimed it ahead, gives it up.
 #[test]
 fn unbounded_block_retires_behind_a_slow_sender() {
     model(|| {
@@ -195,6 +194,32 @@ fn unbounded_block_retires_behind_a_slow_sender() {
         let theirs = receiver.join().unwrap();
         sender.join().unwrap();
         assert_eq!(mine + theirs, 3);
+    });
+}
+
+/// A blocking receiver claims the next position before any sender has (`flavors::list`,
+/// "Receivers that claim ahead"); under loom it gives the position up at once unless the
+/// message is already there. The sender that then finds its slot abandoned takes the message
+/// back and sends it at the next position, and whichever of that sender and the reader of the
+/// block's last slot finishes last frees the block. (Two messages first, so that the claim is
+/// at the first slot of the second block: loom blocks hold two, and the last slot is never
+/// claimed ahead.)
+#[test]
+fn unbounded_abandoned_position_is_skipped_in_order() {
+    model(|| {
+        let (tx, rx) = chan::unbounded::<u32>();
+        tx.send(0).unwrap();
+        tx.send(1).unwrap();
+        assert_eq!(rx.try_recv(), Ok(0));
+        assert_eq!(rx.try_recv(), Ok(1));
+        let t = thread::spawn(move || {
+            tx.send(2).unwrap();
+            tx.send(3).unwrap();
+        });
+        assert_eq!(rx.recv(), Ok(2));
+        assert_eq!(rx.recv(), Ok(3));
+        assert_eq!(rx.recv(), Err(RecvError));
+        t.join().unwrap();
     });
 }
 

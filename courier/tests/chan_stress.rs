@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use courier::chan::{self, Receiver, Select, Sender, TaskContext};
+use courier::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TaskContext};
 
 /// Messages per producer: small under Miri.
 const PER_PRODUCER: u64 = if cfg!(miri) { 20 } else { 20_000 };
@@ -249,6 +249,81 @@ fn disconnect_races_drop_every_message_once() {
             let created = drops.load(Ordering::SeqCst);
             assert!(created <= 3 * sent, "round {round}: {created} drops");
             assert!(created >= round % 7, "round {round}");
+        }
+    });
+}
+
+/// Receivers that wait longer than they poll give up the positions they claimed ahead of the
+/// senders (`flavors::list`), so senders keep finding abandoned slots and sending again:
+/// nothing may be lost, duplicated or reordered per sender, and when the receivers leave
+/// early every message is still dropped once.
+#[test]
+fn abandoned_positions_lose_nothing() {
+    struct D(u64, Arc<AtomicUsize>);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    with_watchdog("abandoned_positions", Duration::from_secs(120), || {
+        let per_producer: u64 = if cfg!(miri) { 50 } else { 20_000 };
+        for leave_early in [false, true] {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = chan::unbounded::<D>();
+            let producers: Vec<_> = (0..2u64)
+                .map(|p| {
+                    let (tx, drops) = (tx.clone(), drops.clone());
+                    // Returns how many messages it made (the last one may come back).
+                    thread::spawn(move || {
+                        for i in 0..per_producer {
+                            if tx.send(D(p << 32 | i, drops.clone())).is_err() {
+                                return i + 1;
+                            }
+                            // Long enough for waiting receivers to give up their claims.
+                            if i % 512 == 0 {
+                                thread::sleep(Duration::from_micros(200));
+                            }
+                        }
+                        per_producer
+                    })
+                })
+                .collect();
+            drop(tx);
+            let consumers: Vec<_> = (0..2)
+                .map(|_| {
+                    let rx = rx.clone();
+                    thread::spawn(move || {
+                        let mut last = [None::<u64>; 2];
+                        let mut got = 0u64;
+                        loop {
+                            if leave_early && got == per_producer / 2 {
+                                return got;
+                            }
+                            match rx.recv_timeout(Duration::from_nanos(1)) {
+                                Ok(D(v, _)) => {
+                                    let (p, i) = ((v >> 32) as usize, v & 0xffff_ffff);
+                                    assert!(
+                                        last[p].is_none_or(|l| l < i),
+                                        "producer {p} reordered"
+                                    );
+                                    last[p] = Some(i);
+                                    got += 1;
+                                }
+                                Err(RecvTimeoutError::Timeout) => {}
+                                Err(RecvTimeoutError::Disconnected) => return got,
+                            }
+                        }
+                    })
+                })
+                .collect();
+            drop(rx);
+            let got: u64 = consumers.into_iter().map(|t| t.join().unwrap()).sum();
+            let made: u64 = producers.into_iter().map(|t| t.join().unwrap()).sum();
+            if !leave_early {
+                assert_eq!(got, 2 * per_producer);
+            }
+            // Every message made was dropped once: received, discarded or handed back.
+            assert_eq!(drops.load(Ordering::SeqCst) as u64, made);
         }
     });
 }

@@ -980,7 +980,7 @@ impl<P: PollerCell> SyncWaitList<P> {
 /// would let the models lose wake-ups the SeqCst order forbids; a SeqCst fence, which loom does
 /// model, restores that order in the models. Real builds rely on the SeqCst accesses alone.
 #[inline(always)]
-fn loom_seqcst_fence() {
+pub(crate) fn loom_seqcst_fence() {
     #[cfg(loom)]
     fence(Ordering::SeqCst);
 }

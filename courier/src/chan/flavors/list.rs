@@ -21,17 +21,39 @@
 //!
 //! A sender claims a position with one CAS on `tail.index`; the sender that claims the last slot
 //! of a block installs the next one (allocated *before* the CAS, so the window in which others
-//! wait is short). A receiver claims with one CAS on `head.index`, and waits (spinning) only if
-//! the sender of that slot has claimed it but not yet written (`WRITE` bit). Blocks are freed by
-//! the last reader: each slot has `READ` and `DESTROY` bits so that whichever of "block retired"
-//! and "slot read" comes last frees it.
+//! wait is short). A receiver claims with one CAS on `head.index`. Blocks are freed by the last
+//! party to finish with them: each slot has `READ`, `SKIP` and `DESTROY` bits so that whichever
+//! of "block retired" and "slot finished" comes last frees it.
 //!
-//! Unlike crossbeam-channel's list, a sender marks its slot written with a plain store, not a
-//! `fetch_or`: nothing else writes a slot's state before `WRITE` is set, because its reader
-//! waits for `WRITE` and so does the block's destroyer before it marks `DESTROY`. One locked
-//! read-modify-write less per message (three instead of four); the cost is that a destroyer
-//! may wait for a sender that claimed a slot and was preempted before writing, which that
-//! slot's own reader must wait for anyway.
+//! # Receivers that claim ahead
+//!
+//! To tell "empty" from "a message", crossbeam's receivers read `tail.index`, the line every
+//! sender writes. Each such read costs the next sender a round trip to take the line back before
+//! its CAS, and a receiver that waits by polling `tail` and then reads the slot crosses two
+//! lines in a row. A scratch ring of two threads on raw queues (session 12, BENCHMARKS.md)
+//! measured it: 125 ns a message when the receiver waits on the slot, 220 when it waits on
+//! `tail`, 210 when it only reads `tail` once a message.
+//!
+//! So a blocking `recv` claims the position at `head` without asking `tail`, and then waits on
+//! that slot's own state, the line the message arrives on. It may have claimed a position no
+//! sender has reached yet. If its wait runs out it gives the position up, in two steps, the
+//! receiver's half of a Dekker pair: it marks the slot `ABANDON`, then reads `tail`.
+//! - `tail` is past the position: a sender has claimed it and may have missed the mark. The
+//!   receiver withdraws the mark and waits for that sender's write, which is under way.
+//! - Otherwise no sender had claimed it, and any that does will see the mark (the sender's half:
+//!   claim by CAS on `tail`, then read the slot's state before writing). The receiver confirms
+//!   with `GONE`; such a sender waits for that verdict (or the withdrawal), takes its message
+//!   back, marks the slot `SKIP` and sends it again at a later position.
+//!
+//! So a sender still marks its slot written with a plain store, not a read-modify-write: one
+//! locked instruction a message (the `tail` CAS) instead of crossbeam's two. Per-sender order
+//! holds: a sender's next message is claimed only after this one is placed. `head` may run
+//! ahead of `tail`; every comparison of the two counts "`head` at or past `tail`" as empty.
+//!
+//! Claiming ahead stays inside the block (never its last slot, whose reader must move `head` to
+//! the next block, which may not exist yet), so the claimed slot is always live: a block is freed
+//! only once every slot in it is finished, ours included. `try_recv` and `Select` keep
+//! crossbeam's check of `tail`: they must not claim a position they will not wait for.
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -42,7 +64,7 @@ use crossbeam_utils::CachePadded;
 use crate::chan::backoff::Backoff;
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Operation, SyncWaitList};
+use crate::chan::waiter::{loom_seqcst_fence, Context, Operation, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -62,18 +84,40 @@ const MARK_BIT: usize = 1;
 /// keep receivers off the tail's cache line while the queue is long).
 const HAS_NEXT: usize = 1;
 
-/// Slot state bits.
+/// Slot state bits. A slot is finished (its block may be freed) once it has `READ` (its
+/// message taken) or `SKIP` (abandoned by its receiver, and its sender has moved on).
 const WRITE: usize = 1;
 const READ: usize = 2;
 const DESTROY: usize = 4;
+/// Its receiver, which claimed the position ahead, is giving it up (not final: see `GONE`).
+const ABANDON: usize = 8;
+/// With `ABANDON`: given up for good; the position's sender must send elsewhere.
+const GONE: usize = 16;
+/// Its sender found `GONE`, took the message back and will not touch the slot again.
+const SKIP: usize = 32;
 
 struct Slot<T> {
     msg: UnsafeCell<MaybeUninit<T>>,
-    /// `WRITE | READ | DESTROY` bits.
+    /// `WRITE | READ | DESTROY | ABANDON | GONE | SKIP` bits.
     state: AtomicUsize,
 }
 
 impl<T> Slot<T> {
+    /// Sets the state to `WRITE` (a sender's last touch of its slot), erasing at most an
+    /// `ABANDON` that its receiver is withdrawing (see `write_reserved`).
+    #[inline]
+    fn mark_written(&self) {
+        // SYNC POINT: publishes the message. Partners: `Slot::wait_write` and the claimed-ahead
+        // receiver's wait.
+        #[cfg(not(loom))]
+        self.state.store(WRITE, Ordering::Release);
+        // The same value change as a read-modify-write: loom lets a plain store land between
+        // the read and the write of another thread's read-modify-write (tokio-rs/loom#254, open
+        // as of loom 0.7.3), a history no hardware allows, which here would erase a WRITE.
+        #[cfg(loom)]
+        self.state.swap(WRITE, Ordering::Release);
+    }
+
     /// Waits for the sender that claimed this slot to finish writing it.
     fn wait_write(&self) {
         let mut backoff = Backoff::new();
@@ -131,13 +175,13 @@ impl<T> Block<T> {
         }
     }
 
-    /// Frees the block once slots `start..` are all read (their readers are done with it), or
-    /// hands the job to the first reader still busy.
+    /// Frees the block once slots `start..` are all finished (read, or abandoned and skipped),
+    /// or hands the job to the first slot still busy: its reader, or its skipping sender.
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `this` is a block every slot of which below `start` has been read;
-    /// - no one will claim a slot of it any more.
+    /// - `this` is a block every slot of which below `start` is finished;
+    /// - every position of it has been claimed by a sender and a receiver.
     ///
     /// Once per block, so out of line: inlined, it made `read_reserved` too large to inline and
     /// its prologue save six registers per message.
@@ -148,21 +192,52 @@ impl<T> Block<T> {
         for i in start..BLOCK_CAP - 1 {
             // SAFETY: the block is live until the loop decides to free it.
             let slot = unsafe { &(*this).slots[i] };
-            // Every slot of a retired block is claimed; its sender's plain store of WRITE must
-            // land before DESTROY is or'ed in, or it would erase it (see the module docs).
-            slot.wait_write();
-            // SYNC POINT: partner: the reader's `fetch_or(READ)` in `read`: whoever comes last
-            // sees the other's bit.
-            if slot.state.load(Ordering::Acquire) & READ == 0
-                && slot.state.fetch_or(DESTROY, Ordering::AcqRel) & READ == 0
+            // SYNC POINT: partners: the reader's `fetch_or(READ)` in `read_reserved` and the
+            // sender's `fetch_or(SKIP)` in `take_back`: whoever comes last sees the other's bit.
+            // (After WRITE or GONE, every writer of the state uses a read-modify-write.)
+            // A sender marks WRITE with a plain store: let it land before marking anything.
+            let mut backoff = Backoff::new();
+            while slot.state.load(Ordering::Acquire) & (WRITE | GONE) == 0 {
+                backoff.snooze(true);
+            }
+            if slot.state.load(Ordering::Acquire) & (READ | SKIP) == 0
+                && slot.state.fetch_or(DESTROY, Ordering::AcqRel) & (READ | SKIP) == 0
             {
-                // That slot's reader is still busy; it will continue from `i + 1`.
+                // That slot is busy; whoever finishes it continues from `i + 1`.
                 return;
             }
         }
-        // SAFETY: every slot has been read and no reader touches the block any more.
+        // SAFETY: every slot is finished and no one touches the block any more.
         drop(unsafe { Box::from_raw(this) });
     }
+
+    /// A sender found its slot abandoned: takes its message back and finishes the slot.
+    ///
+    /// # Safety
+    /// The caller must ensure:
+    /// - it wrote its message into slot `offset` of live block `this`, and then found `GONE`;
+    /// - it calls this once.
+    #[cold]
+    #[inline(never)]
+    unsafe fn take_back(this: *mut Block<T>, offset: usize) -> T {
+        // SAFETY: the slot is not finished (no SKIP yet), so the block is live.
+        let slot = unsafe { &(*this).slots[offset] };
+        // SAFETY: we wrote the message; its receiver gave the slot up without reading it.
+        let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
+        // SYNC POINT: finishes the slot; partner: `destroy`'s `fetch_or(DESTROY)`.
+        if slot.state.fetch_or(SKIP, Ordering::AcqRel) & DESTROY != 0 {
+            // SAFETY: destruction stopped at our slot and handed the rest to us.
+            unsafe { Block::destroy(this, offset + 1) };
+        }
+        msg
+    }
+}
+
+/// `true` if position index `head` is at or past `tail` (the flag bits aside): nothing to
+/// receive. Past: receivers claimed ahead of the senders.
+#[inline(always)]
+fn at_or_past(head: usize, tail: usize) -> bool {
+    head >> SHIFT >= tail >> SHIFT
 }
 
 /// A position: an index and the block it is in.
@@ -314,39 +389,66 @@ impl<T> Channel<T> {
     /// As for [`write_reserved`](Self::write_reserved).
     pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.write_reserved(&token.list, msg) }
+        unsafe { self.write_reserved(&mut token.list, msg) }
     }
 
-    /// Writes into the reserved slot and wakes a receiver.
+    /// Writes into the reserved slot and wakes a receiver. If the slot's receiver gave it up
+    /// (claimed ahead and stopped waiting), reserves another position and writes there.
+    /// `Err`: disconnected.
     ///
     /// # Safety
     /// The caller must ensure:
     /// - `token` was filled by a `reserve_send` of this channel;
     /// - it is written once.
-    unsafe fn write_reserved(&self, token: &ListToken, msg: T) -> Result<(), T> {
-        if token.block.is_null() {
-            return Err(msg);
+    unsafe fn write_reserved(&self, token: &mut ListToken, mut msg: T) -> Result<(), T> {
+        loop {
+            if token.block.is_null() {
+                return Err(msg);
+            }
+            let block = token.block as *mut Block<T>;
+            // SAFETY: the block cannot be freed before this slot is finished, which needs our
+            // WRITE (then a read) or our SKIP.
+            let slot = unsafe { &(*block).slots[token.offset] };
+            // SAFETY: the `tail` CAS gave this sender the message cell exclusively (a receiver
+            // touches it only after seeing WRITE).
+            slot.msg
+                .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+            // SYNC POINT: the sender's half of the Dekker pair in `wait_claimed`: [the `tail` CAS
+            // (SeqCst); this load (SeqCst)] against [`fetch_or(ABANDON)`; the `tail` load]. If
+            // the receiver saw no claim, this load sees its mark.
+            loom_seqcst_fence();
+            let state = slot.state.load(Ordering::SeqCst);
+            if state & ABANDON == 0 || Self::receiver_withdraws(slot) {
+                // A plain store (not a read-modify-write: one locked instruction a message
+                // fewer) may erase only an ABANDON its receiver is withdrawing (it saw our claim).
+                // The destroyer waits for WRITE before it marks DESTROY.
+                slot.mark_written();
+                self.receivers.notify();
+                return Ok(());
+            }
+            // SAFETY: the slot is GONE: the message is ours again, once.
+            msg = unsafe { Block::take_back(block, token.offset) };
+            self.reserve_send(token);
         }
-        let block = token.block as *mut Block<T>;
-        // SAFETY: the block cannot be freed before this slot is read, which waits for WRITE.
-        let slot = unsafe { &(*block).slots[token.offset] };
-        // SAFETY: the `tail` CAS gave this sender the slot exclusively until WRITE is set.
-        slot.msg
-            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
-        // SYNC POINT: publishes the message. Partner: `Slot::wait_write` (the reader's, and the
-        // destroyer's before it marks DESTROY: until this store, no one else writes the state,
-        // so a plain store loses no bit).
-        if cfg!(any(loom, debug_assertions)) {
-            // The invariant that makes the plain store below lose no bit.
-            assert_eq!(
-                slot.state.load(Ordering::Relaxed),
-                0,
-                "a slot marked before its write"
-            );
+    }
+
+    /// A sender found its slot marked `ABANDON`: waits for the receiver's verdict. `true`: the
+    /// receiver withdrew (it saw this sender's claim) and waits for the message.
+    #[cold]
+    #[inline(never)]
+    fn receiver_withdraws(slot: &Slot<T>) -> bool {
+        let mut backoff = Backoff::new();
+        loop {
+            // SYNC POINT: partner: the receiver's `fetch_or(GONE)` or its withdrawing CAS.
+            let state = slot.state.load(Ordering::Acquire);
+            if state & GONE != 0 {
+                return false;
+            }
+            if state & ABANDON == 0 {
+                return true;
+            }
+            backoff.snooze(true);
         }
-        slot.state.store(WRITE, Ordering::Release);
-        self.receivers.notify();
-        Ok(())
     }
 
     /// Reserves a message (for `Select`; see `start_send`).
@@ -401,7 +503,7 @@ impl<T> Channel<T> {
             // SeqCst CAS on `tail.index` in `start_send` and the disconnect RMW.
             fence(Ordering::SeqCst);
             let tail = self.tail.index.load(Ordering::Relaxed);
-            if head >> SHIFT == tail >> SHIFT {
+            if at_or_past(head, tail) {
                 return match tail & MARK_BIT != 0 {
                     true => Next::Disconnected,
                     false => Next::Empty,
@@ -558,19 +660,25 @@ impl<T> Channel<T> {
         // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
         let mut slow = false;
         loop {
-            // Fast path, then a spin while a sender is about to deliver.
-            let ready = self.reserve_recv(token) || {
-                slow = true;
-                self.receivers
-                    .poll_spinning_first(
-                        || self.reserve_recv(token).then_some(()),
-                        || !self.is_empty(),
-                        |_| {},
-                    )
-                    .is_some()
+            let ready = if let Some(position) = self.claim_ahead(token) {
+                // Given up: the position is abandoned; `tail` tells empty from disconnected.
+                self.wait_claimed(token, position, &mut slow) || self.reserve_recv(token)
+            } else {
+                // Fast path, then a spin while a sender is about to deliver.
+                self.reserve_recv(token) || {
+                    slow = true;
+                    self.receivers
+                        .poll_spinning_first(
+                            || self.reserve_recv(token).then_some(()),
+                            || !self.is_empty(),
+                            |_| {},
+                        )
+                        .is_some()
+                }
             };
             if ready {
-                // SAFETY: `reserve_recv` returned true for this token.
+                // SAFETY: the token holds a position claimed by this call and, if it was
+                // claimed ahead, written.
                 let got = unsafe { self.read_reserved(token) };
                 if slow {
                     self.pass_on_recv();
@@ -587,6 +695,84 @@ impl<T> Channel<T> {
                     !self.is_empty() || self.is_disconnected()
                 });
         }
+    }
+
+    /// Claims the position at `head` without reading `tail` (see "Receivers that claim ahead"
+    /// in the module docs), and returns it. `None`: not here (the first block, a block's last
+    /// slot, or a lost race), or not needed (`HAS_NEXT`: there are messages, and `reserve_recv`
+    /// claims one without reading `tail` either).
+    #[inline]
+    fn claim_ahead(&self, token: &mut ListToken) -> Option<usize> {
+        let head = self.head.index.load(Ordering::Acquire);
+        let block = self.head.block.load(Ordering::Acquire);
+        let offset = (head >> SHIFT) % LAP;
+        if head & HAS_NEXT != 0 || offset + 1 >= BLOCK_CAP || block.is_null() {
+            return None;
+        }
+        // SYNC POINT: as in `reserve_recv_loop` (SeqCst: the registering re-check and the
+        // senders' Dekker pair with the wait list order claims against `tail`'s CAS).
+        let claimed = self
+            .head
+            .index
+            .compare_exchange(
+                head,
+                head + (1 << SHIFT),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if !claimed {
+            return None;
+        }
+        token.block = block as *const u8;
+        token.offset = offset;
+        Some(head)
+    }
+
+    /// Waits for the message at `position`, claimed ahead into `token`, spinning and polling as
+    /// a receiver of an empty channel does. `false`: the wait ran out and no sender had claimed
+    /// the position: it is given up for good.
+    fn wait_claimed(&self, token: &ListToken, position: usize, slow: &mut bool) -> bool {
+        // SAFETY: the block is live until our slot is finished, which is up to us.
+        let slot = unsafe { &(*(token.block as *const Block<T>)).slots[token.offset] };
+        // SYNC POINT: partner: the sender's Release store of WRITE; `read_reserved` reads the
+        // message after its own Acquire load of the state.
+        let written = || slot.state.load(Ordering::Acquire) & WRITE != 0;
+        if written() {
+            return true;
+        }
+        *slow = true;
+        let polled = self.receivers.poll_spinning_first(
+            || written().then_some(()),
+            || !self.is_empty(),
+            |_| {},
+        );
+        if polled.is_some() {
+            return true;
+        }
+        // SYNC POINT: the receiver's half of the Dekker pair in `write_reserved` (module docs).
+        // Until WRITE or ABANDON the state is 0, so a CAS says all a `fetch_or` would.
+        if slot
+            .state
+            .compare_exchange(0, ABANDON, Ordering::SeqCst, Ordering::Acquire)
+            .is_err()
+        {
+            return true;
+        }
+        loom_seqcst_fence();
+        let tail = self.tail.index.load(Ordering::SeqCst);
+        if at_or_past(position, tail) {
+            // No sender had claimed it; the one that does will see ABANDON and wait for this.
+            slot.state.fetch_or(GONE, Ordering::Release);
+            return false;
+        }
+        // A sender has claimed it, and may not have seen the mark: withdraw it and wait for the
+        // write. The CAS fails only if that sender's plain store of WRITE already erased it.
+        let _ = slot
+            .state
+            .compare_exchange(ABANDON, 0, Ordering::AcqRel, Ordering::Acquire);
+        slot.wait_write();
+        true
     }
 
     // ===== `Select::ready` support =====
@@ -622,6 +808,10 @@ impl<T> Channel<T> {
                 if (head >> SHIFT) % LAP == BLOCK_CAP {
                     head = head.wrapping_add(1 << SHIFT);
                 }
+                if at_or_past(head, tail) {
+                    // Receivers claimed ahead of the senders.
+                    return 0;
+                }
                 let lap = |p: usize| (p >> SHIFT) / LAP;
                 let off = |p: usize| (p >> SHIFT) % LAP;
                 return (lap(tail) - lap(head)) * BLOCK_CAP + off(tail) - off(head);
@@ -632,7 +822,7 @@ impl<T> Channel<T> {
     pub(crate) fn is_empty(&self) -> bool {
         let head = self.head.index.load(Ordering::SeqCst);
         let tail = self.tail.index.load(Ordering::SeqCst);
-        head >> SHIFT == tail >> SHIFT
+        at_or_past(head, tail)
     }
 
     pub(crate) fn is_disconnected(&self) -> bool {
@@ -676,14 +866,32 @@ impl<T> Channel<T> {
         }
         let mut head = self.head.index.load(Ordering::Acquire);
         let mut block = self.head.block.swap(ptr::null_mut(), Ordering::AcqRel);
-        if head >> SHIFT != tail >> SHIFT {
+        if !at_or_past(head, tail) {
             // There are messages, so the first block exists or is being installed.
             while block.is_null() {
                 backoff.snooze(true);
                 block = self.head.block.swap(ptr::null_mut(), Ordering::AcqRel);
             }
         }
-        while head >> SHIFT != tail >> SHIFT {
+        if !block.is_null() {
+            // Below `head`, every slot is finished except abandoned ones whose senders may still
+            // be taking their messages back (those below `tail`): wait for them.
+            let lap = |p: usize| (p >> SHIFT) / LAP;
+            let off = |p: usize| (p >> SHIFT) % LAP;
+            let claimed = match lap(tail) == lap(head) {
+                true => off(head).min(off(tail)),
+                false => off(head),
+            };
+            for i in 0..claimed.min(BLOCK_CAP) {
+                // SAFETY: `block` is live: it is `head`'s, whose last slot no one has read.
+                let slot = unsafe { &(*block).slots[i] };
+                // SYNC POINT: partner: the sender's `fetch_or(SKIP)` in `take_back`.
+                while slot.state.load(Ordering::Acquire) & (GONE | SKIP) == GONE {
+                    backoff.snooze(true);
+                }
+            }
+        }
+        while !at_or_past(head, tail) {
             let offset = (head >> SHIFT) % LAP;
             if offset < BLOCK_CAP {
                 // SAFETY: `block` is the live block holding position `head`.
@@ -725,7 +933,8 @@ impl<T> Drop for Channel<T> {
         let mut head = self.head.index.load(Ordering::Relaxed) & !HAS_NEXT;
         let tail = self.tail.index.load(Ordering::Relaxed) & !MARK_BIT;
         let mut block = self.head.block.load(Ordering::Relaxed);
-        while head != tail {
+        // Past `tail`: receivers claimed ahead and gave up; nothing there to drop.
+        while !at_or_past(head, tail) {
             let offset = (head >> SHIFT) % LAP;
             if offset < BLOCK_CAP {
                 // SAFETY: positions in `head..tail` hold written, unread messages (every
