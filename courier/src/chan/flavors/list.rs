@@ -31,8 +31,8 @@
 //! sender writes. Each such read costs the next sender a round trip to take the line back before
 //! its CAS, and a receiver that waits by polling `tail` and then reads the slot crosses two
 //! lines in a row. A scratch ring of two threads on raw queues (session 12, BENCHMARKS.md)
-//! measured it: 125 ns a message when the receiver waits on the slot, 220 when it waits on
-//! `tail`, 210 when it only reads `tail` once a message.
+//! measured it (in the machine's slow mode): 125 ns a message when the receiver waits on the
+//! slot, 220 when it waits on `tail`, 210 when it only reads `tail` once a message.
 //!
 //! So a blocking `recv` claims the position at `head` without asking `tail`, and then waits on
 //! that slot's own state, the line the message arrives on. It may have claimed a position no
@@ -49,6 +49,9 @@
 //! locked instruction a message (the `tail` CAS) instead of crossbeam's two. Per-sender order
 //! holds: a sender's next message is claimed only after this one is placed. `head` may run
 //! ahead of `tail`; every comparison of the two counts "`head` at or past `tail`" as empty.
+//! The price: a receiver that keeps giving up (say `recv_timeout` with short deadlines on a
+//! channel that stays empty) leaves one abandoned position per wait, up to the end of the
+//! block, and each costs the sender that reaches it one more claim.
 //!
 //! Claiming ahead stays inside the block (never its last slot, whose reader must move `head` to
 //! the next block, which may not exist yet), so the claimed slot is always live: a block is freed
