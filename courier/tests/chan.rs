@@ -158,6 +158,35 @@ fn errors_debug_without_t_debug() {
     assert!(boxed.to_string().contains("disconnected"));
 }
 
+/// A receiver that times out on an empty unbounded channel gives up the positions it claimed
+/// ahead of the senders (`flavors::list`): the channel still counts as empty, and the next
+/// messages skip those positions and arrive in order.
+#[test]
+fn unbounded_receiver_that_gives_up_leaves_nothing_behind() {
+    let (tx, rx) = chan::unbounded::<u32>();
+    tx.send(0).unwrap();
+    assert_eq!(rx.recv(), Ok(0));
+    for _ in 0..3 {
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(1)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        assert_eq!(rx.len(), 0);
+        assert!(rx.is_empty());
+    }
+    for i in 1..=40 {
+        tx.send(i).unwrap();
+    }
+    assert_eq!(rx.len(), 40);
+    assert_eq!(rx.try_recv(), Ok(1));
+    for i in 2..=40 {
+        assert_eq!(rx.recv(), Ok(i));
+    }
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    drop(tx);
+    assert_eq!(rx.recv(), Err(RecvError));
+}
+
 #[test]
 fn timeouts_expire() {
     for (name, (tx, rx)) in all::<u32>() {
