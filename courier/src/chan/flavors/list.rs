@@ -417,7 +417,7 @@ impl<T> Channel<T> {
             slot.msg
                 .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
             // SYNC POINT: the sender's half of the Dekker pair in `wait_claimed`: [the `tail` CAS
-            // (SeqCst); this load (SeqCst)] against [`fetch_or(ABANDON)`; the `tail` load]. If
+            // (SeqCst); this load (SeqCst)] against [its CAS to ABANDON; its `tail` load]. If
             // the receiver saw no claim, this load sees its mark.
             loom_seqcst_fence();
             let state = slot.state.load(Ordering::SeqCst);
