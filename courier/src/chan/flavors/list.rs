@@ -195,14 +195,15 @@ impl<T> Block<T> {
         for i in start..BLOCK_CAP - 1 {
             // SAFETY: the block is live until the loop decides to free it.
             let slot = unsafe { &(*this).slots[i] };
-            // SYNC POINT: partners: the reader's `fetch_or(READ)` in `read_reserved` and the
-            // sender's `fetch_or(SKIP)` in `take_back`: whoever comes last sees the other's bit.
-            // (After WRITE or GONE, every writer of the state uses a read-modify-write.)
-            // A sender marks WRITE with a plain store: let it land before marking anything.
+            // A sender marks WRITE with a plain store: let it land (or the slot be given up)
+            // before marking anything. From then on every writer of the state uses a
+            // read-modify-write, so no bit is lost.
             let mut backoff = Backoff::new();
             while slot.state.load(Ordering::Acquire) & (WRITE | GONE) == 0 {
                 backoff.snooze(true);
             }
+            // SYNC POINT: partners: the reader's `fetch_or(READ)` in `read_reserved` and the
+            // sender's `fetch_or(SKIP)` in `take_back`: whoever comes last sees the other's bit.
             if slot.state.load(Ordering::Acquire) & (READ | SKIP) == 0
                 && slot.state.fetch_or(DESTROY, Ordering::AcqRel) & (READ | SKIP) == 0
             {
