@@ -9,15 +9,18 @@
 //! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile
 //! it); `AB_CAP=<n>` gives the channel room for `n` messages only; `AB_RECEIVERS=<n>` receives
 //! on `n` threads (the extra ones released with the others, or spawned at once without
-//! `barrier`).
+//! `barrier`); `AB_MESSAGES=<n>` sends `n` messages a round instead of 100,000.
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+/// Messages a round unless `AB_MESSAGES` says otherwise.
 const MESSAGES: usize = 100_000;
 
 /// ns per message through `make()`'s channel.
+#[allow(clippy::too_many_arguments)]
 fn run<S, R>(
+    messages: usize,
     senders: usize,
     receivers: usize,
     barrier: bool,
@@ -31,7 +34,7 @@ where
     R: Send + 'static,
 {
     let (tx, rx) = make();
-    let messages = MESSAGES / (senders * receivers) * senders * receivers;
+    let messages = messages / (senders * receivers) * senders * receivers;
     let gate = Arc::new(Barrier::new(senders + receivers));
     let start = Instant::now();
     let threads: Vec<_> = (0..senders)
@@ -98,12 +101,14 @@ fn main() {
     let rounds: usize = args.next().map_or(7, |r| r.parse().expect("rounds"));
     let barrier = args.next().is_some_and(|a| a == "barrier");
     let only = std::env::var("AB_ONLY").ok();
-    let cap: usize = std::env::var("AB_CAP").map_or(MESSAGES, |c| c.parse().expect("capacity"));
+    let messages: usize =
+        std::env::var("AB_MESSAGES").map_or(MESSAGES, |m| m.parse().expect("messages"));
+    let cap: usize = std::env::var("AB_CAP").map_or(messages, |c| c.parse().expect("capacity"));
     let receivers: usize =
         std::env::var("AB_RECEIVERS").map_or(1, |r| r.parse().expect("receivers"));
     assert!(
-        senders > 0 && receivers > 0 && senders * receivers <= MESSAGES,
-        "one to {MESSAGES} senders times receivers"
+        senders > 0 && receivers > 0 && senders * receivers <= messages,
+        "one to {messages} senders times receivers"
     );
     if receivers > 1 && runs_std(&only) {
         eprintln!("std-mpsc left out: its receiver cannot be shared");
@@ -113,6 +118,7 @@ fn main() {
     for _ in 0..rounds {
         if runs("courier") {
             figures[0].push(run(
+                messages,
                 senders,
                 receivers,
                 barrier,
@@ -124,6 +130,7 @@ fn main() {
         }
         if runs("crossbeam-channel") {
             figures[1].push(run(
+                messages,
                 senders,
                 receivers,
                 barrier,
@@ -135,6 +142,7 @@ fn main() {
         }
         if runs("std-mpsc") && receivers == 1 {
             figures[2].push(run(
+                messages,
                 senders,
                 receivers,
                 barrier,
