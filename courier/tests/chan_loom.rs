@@ -244,7 +244,7 @@ fn two_receivers_each_get_one(make: fn() -> (chan::Sender<u32>, chan::Receiver<u
 }
 
 #[test]
-fn unbounded_poller_passes_on_wake_ups() {
+fn unbounded_two_receivers_each_get_one() {
     two_receivers_each_get_one(chan::unbounded);
 }
 

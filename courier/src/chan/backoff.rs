@@ -63,73 +63,40 @@ impl Backoff {
 
 // ===== before parking: yield (threads) or spin (fibers) =====
 
-/// The waiters of one channel side that are polling before they park.
+/// What the waiters of one channel side share while they poll before parking: how long
+/// spinning has been paying there ([`SpinEstimate`]).
 ///
-/// Every waiter polls first ([`spin_then_yield`]); a peer that makes the side ready while one
-/// of them polls leaves the wake-up to the pollers (one of them takes what became ready within
-/// a microsecond) instead of waking a parked waiter, a futex wake on the peer's critical path.
+/// Every waiter polls first, then registers and parks; a peer that makes the side ready wakes
+/// one registered waiter whenever there is one (`SyncWaitList::notify`), polling or not.
 ///
-/// An earlier rule let only the first waiter of a side poll and parked the others at once. In
-/// interleaved runs of `courier-bench chan` and `ring` (session 2, BENCHMARKS.md "ring and
-/// chan") letting all poll took `mpmc_bounded0` from 1.3-1.4 µs to 0.8-0.9 µs per message,
-/// `mpsc_bounded1` from 1.6-1.8 µs to 1.3-1.6 µs and `mpmc_bounded1` from 2.1-2.7 µs to
-/// 1.3-1.5 µs, with the rings unchanged within noise.
-///
-/// A poller takes one message (or slot) at most, so every poller leaving the count passes on
-/// what the wake-ups it made peers skip announced (`SyncWaitList::pass_on`; without that step a
-/// receiver could stay parked beside a message, found by loom in session 5). Under loom a poll
-/// is a single attempt, so the models cover that step.
+/// Until session 13 this also counted the side's pollers, and a peer that saw one skipped the
+/// wake-up, leaving what it made ready to the pollers: it kept a futex wake off the peer's
+/// critical path, at the price of a step for every poller that left
+/// (`SyncWaitList::pass_on`, which woke a parked waiter if the side was still ready). In the
+/// fast mode, skipping is what kept `mpsc` and `mpmc` over `bounded(1)` behind
+/// crossbeam-channel, which always wakes. A plausible mechanism, not isolated: a sender parked
+/// behind the full slot stayed parked while any other sender polled, so a receiver freeing the
+/// slot never moved that sender's message into it (`Channel::hand_off` in the bounded flavor
+/// runs only on a wake-up), and the next message waited for a polling sender to be scheduled. `chan --full --case c_bounded1`
+/// in the fast mode, crossbeam's time over courier's, skipping against always waking (runs in
+/// turn): `mpsc_bounded1` 0.72-0.97x -> 1.07-1.74x, `mpmc_bounded1` 0.63-0.87x -> 1.33-2.16x;
+/// the rings of 4 and 16 threads over bounded(1) unchanged (BENCHMARKS.md, session 13).
 pub(crate) struct Pollers {
-    count: crate::sync::atomic::AtomicUsize,
     /// How long a polling thread spins before its first yield: see [`SpinEstimate`].
     spin: SpinEstimate,
 }
 
-/// Counts one waiter among its side's [`Pollers`] until dropped.
-pub(crate) struct Polling<'a>(&'a Pollers);
-
 impl Pollers {
     pub(crate) fn new() -> Pollers {
         Pollers {
-            count: crate::sync::atomic::AtomicUsize::new(0),
             spin: SpinEstimate::new(),
         }
-    }
-
-    /// Counts the caller as polling.
-    #[inline]
-    pub(crate) fn enter(&self) -> Polling<'_> {
-        // SeqCst: see `any`.
-        self.count
-            .fetch_add(1, crate::sync::atomic::Ordering::SeqCst);
-        Polling(self)
     }
 
     /// The side's spin estimate.
     #[inline]
     pub(crate) fn spin(&self) -> &SpinEstimate {
         &self.spin
-    }
-
-    /// Is a waiter polling? A notifier that changed the channel (SeqCst RMW) and sees `true`
-    /// may skip waking anyone.
-    ///
-    /// SYNC POINT: against [`Polling`]'s drop. If this SeqCst load counts a poller, it comes
-    /// before that poller's SeqCst decrement in the SeqCst order, so what the poller loads after
-    /// the decrement (`SyncWaitList::pass_on`'s check, and its own re-check if it goes on to
-    /// register) sees the notifier's change.
-    #[inline]
-    pub(crate) fn any(&self) -> bool {
-        self.count.load(crate::sync::atomic::Ordering::SeqCst) != 0
-    }
-}
-
-impl Drop for Polling<'_> {
-    fn drop(&mut self) {
-        // SYNC POINT: see `Pollers::any`.
-        self.0
-            .count
-            .fetch_sub(1, crate::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -168,8 +135,7 @@ pub(crate) fn spin_then_yield<R>(
     mut attempt: impl FnMut() -> Option<R>,
 ) -> Option<R> {
     if cfg!(loom) {
-        // One attempt: a scheduling point between the poller's success and its leaving the
-        // count, which is all the models need of a poll (spinning would only grow them).
+        // One attempt, which is all the models need of a poll (spinning would only grow them).
         return attempt();
     }
     if may_yield_thread {

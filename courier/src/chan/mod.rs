@@ -120,7 +120,7 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
 
 /// The algorithm behind a channel, chosen at construction (one file each in `flavors/`).
 ///
-/// The variants differ in size (the wait lists' pollers sit on lines of their own), which costs
+/// The variants differ in size (the wait lists' spin estimates sit on lines of their own), which costs
 /// nothing: a channel is one heap allocation, and boxing a variant would add a pointer chase
 /// to every operation.
 #[allow(clippy::large_enum_variant)]

@@ -161,8 +161,7 @@ impl<T> Receiver<T> {
                 Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
                 Err(TryRecvError::Empty) => None,
             };
-            // One receiver: nobody else waits on this side, so there is nothing to pass on.
-            if let Some(done) = attempt().or_else(|| self.inner.receiver.poll(attempt, || false)) {
+            if let Some(done) = attempt().or_else(|| self.inner.receiver.poll(attempt)) {
                 return done;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

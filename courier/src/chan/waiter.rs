@@ -673,8 +673,9 @@ impl WaitList {
 pub(crate) struct SyncWaitList<P: PollerCell = CachePadded<Pollers>> {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
-    /// The waiters of this side polling before they park. A channel keeps them on a line of
-    /// their own: pollers write it at every wait, while every peer's fast path reads `is_empty`.
+    /// What this side's polling waiters share (the spin estimate). A channel keeps it on a line
+    /// of its own: waiters write it as they learn, while every peer's fast path reads
+    /// `is_empty`.
     pollers: P,
 }
 
@@ -716,34 +717,15 @@ impl<P: PollerCell> SyncWaitList<P> {
         }
     }
 
-    /// Runs `attempt` while the caller polls (see `backoff::Pollers`): `None` if the poll ran
-    /// out. A failed poll then passes on the wake-ups peers skipped because it polled (see
-    /// [`pass_on`](Self::pass_on); `ready`: is this side still ready for another waiter?); a
-    /// successful one leaves that to the caller, after it completes its operation.
+    /// Retries `attempt` while the caller polls before it parks (`backoff::spin_then_yield`):
+    /// `None` if the poll ran out.
     #[inline]
-    pub(crate) fn poll<R>(
-        &self,
-        attempt: impl FnMut() -> Option<R>,
-        ready: impl FnOnce() -> bool,
-    ) -> Option<R> {
-        let polling = self.pollers.get().enter();
-        let r = spin_then_yield(current_may_spin(), current_may_yield(), attempt);
-        drop(polling);
-        // On success the caller passes on once its operation is complete: never while it
-        // holds a reservation (a hand-off could wait on a slot behind it).
-        if r.is_none() {
-            self.pass_on(ready, |_| {});
-        }
-        r
+    pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
+        spin_then_yield(current_may_spin(), current_may_yield(), attempt)
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
-    /// paying on this side (`backoff::SpinEstimate`), counted among the pollers throughout.
-    /// (Spinning before counting oneself saves two locked instructions when the spin succeeds,
-    /// 209 -> 206 ns a message in `spsc` over `bounded(1)` with pinned threads, but a spinner
-    /// that is not counted lets notifiers wake parked waiters it would have served: unpinned,
-    /// `spsc_bounded1` took 445-477 ns against 159-198 ns counted, and `mpsc_bounded1` 0.85-1.54
-    /// µs against 0.87-0.89 µs; session 9, BENCHMARKS.md.)
+    /// paying on this side (`backoff::SpinEstimate`).
     ///
     /// For the buffered flavors' waiters. On the bounded one the peer that makes a waiter ready
     /// is often a poller running on the other CPU, and catching its move without a
@@ -756,25 +738,15 @@ impl<P: PollerCell> SyncWaitList<P> {
     #[inline]
     pub(crate) fn poll_spinning_first<R>(
         &self,
-        attempt: impl FnMut() -> Option<R>,
-        ready: impl FnOnce() -> bool,
-        help: impl FnOnce(&Entry),
+        mut attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        let mut attempt = attempt;
         let may_yield = current_may_yield();
-        let polling = self.pollers.get().enter();
-        let mut r = None;
         if may_yield {
-            r = spin_adaptively(self.pollers.get().spin(), &mut attempt);
+            if let Some(r) = spin_adaptively(self.pollers.get().spin(), &mut attempt) {
+                return Some(r);
+            }
         }
-        if r.is_none() {
-            r = spin_then_yield(current_may_spin(), may_yield, attempt);
-        }
-        drop(polling);
-        if r.is_none() {
-            self.pass_on(ready, help);
-        }
-        r
+        spin_then_yield(current_may_spin(), may_yield, attempt)
     }
 
     /// Like [`poll`](Self::poll), but a thread polls only briefly, spinning then yielding four
@@ -789,54 +761,19 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// their noise (session 9, BENCHMARKS.md). Capacity one keeps the longer poll: there the
     /// sender waits for the receiver as much as the other way round.
     #[inline]
-    pub(crate) fn poll_briefly<R>(
-        &self,
-        mut attempt: impl FnMut() -> Option<R>,
-        ready: impl FnOnce() -> bool,
-    ) -> Option<R> {
-        let polling = self.pollers.get().enter();
-        let r = if cfg!(loom) || !current_may_yield() {
-            spin_then_yield(current_may_spin(), false, attempt)
-        } else {
-            let mut backoff = Backoff::new();
-            loop {
-                backoff.snooze(true);
-                if let Some(r) = attempt() {
-                    break Some(r);
-                }
-                if backoff.is_completed() {
-                    break None;
-                }
-            }
-        };
-        drop(polling);
-        if r.is_none() {
-            self.pass_on(ready, |_| {});
+    pub(crate) fn poll_briefly<R>(&self, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
+        if cfg!(loom) || !current_may_yield() {
+            return spin_then_yield(current_may_spin(), false, attempt);
         }
-        r
-    }
-
-    /// Wakes one waiting task if the side is `ready` and no poller is left to take it.
-    ///
-    /// A peer that makes the side ready while a waiter polls skips the wake-up (`notify`),
-    /// counting on the pollers; but a poller takes one message (or slot) at most, and one that
-    /// gives up may have missed the change. So every thread leaving the pollers runs this (one
-    /// that gave up at once, one that succeeded once its operation is complete: never while it
-    /// holds a reserved slot, which a hand-off could wait on), and so does every woken waiter
-    /// whose operation then succeeds (the wake-up it got may have been passed on, with more
-    /// owed behind it): whatever a skipped wake-up announced is then either taken or announced
-    /// to a parked waiter.
-    ///
-    /// SYNC POINT: after the poller's SeqCst decrement (`Polling`'s drop). A notifier that
-    /// skipped because it counted this poller made its change (SeqCst RMW) before that count
-    /// load, which comes before the decrement in the SeqCst order; so `ready`'s SeqCst loads
-    /// see the change. Found by the loom model `unbounded_poller_passes_on_wake_ups`, which
-    /// deadlocked without this step.
-    #[inline]
-    pub(crate) fn pass_on(&self, ready: impl FnOnce() -> bool, help: impl FnOnce(&Entry)) {
-        loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.get().any() && ready() {
-            self.notify_slow_with(help);
+        let mut backoff = Backoff::new();
+        loop {
+            backoff.snooze(true);
+            if let Some(r) = attempt() {
+                return Some(r);
+            }
+            if backoff.is_completed() {
+                return None;
+            }
         }
     }
 
@@ -895,7 +832,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         // The caller changed the channel with a SeqCst RMW before (x86: this load is a plain
         // `mov`, no fence on the fast path).
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.get().any() {
+        if !self.is_empty.load(Ordering::SeqCst) {
             self.notify_slow();
         }
     }
@@ -907,7 +844,7 @@ impl<P: PollerCell> SyncWaitList<P> {
     pub(crate) fn notify_with(&self, help: impl FnOnce(&Entry)) {
         // SYNC POINT: as in `notify`.
         loom_seqcst_fence();
-        if !self.is_empty.load(Ordering::SeqCst) && !self.pollers.get().any() {
+        if !self.is_empty.load(Ordering::SeqCst) {
             self.notify_slow_with(help);
         }
     }

@@ -469,12 +469,7 @@ impl<T> Channel<T> {
     /// As for [`write_reserved`](Self::write_reserved).
     pub(crate) unsafe fn write(&self, token: &mut Token, msg: T) -> Result<(), T> {
         // SAFETY: forwarded from the caller.
-        let sent = unsafe { self.write_reserved(&token.array, msg) };
-        // A select woken for this passes on, now that nothing is held.
-        if token.waited {
-            self.pass_on_send();
-        }
-        sent
+        unsafe { self.write_reserved(&token.array, msg) }
     }
 
     pub(crate) fn start_recv(&self, token: &mut Token) -> bool {
@@ -485,12 +480,7 @@ impl<T> Channel<T> {
     /// As for [`read_reserved`](Self::read_reserved).
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
         // SAFETY: forwarded from the caller.
-        let got = unsafe { self.read_reserved(&token.array) };
-        // A select woken for this passes on, now that nothing is held.
-        if token.waited {
-            self.pass_on_recv();
-        }
-        got
+        unsafe { self.read_reserved(&token.array) }
     }
 
     // ===== impl Channel: try, blocking =====
@@ -511,26 +501,16 @@ impl<T> Channel<T> {
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
-        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
-        let mut slow = false;
         loop {
             // Fast path, then a spin while a receiver is about to make room.
-            let ready = self.reserve_send(token) || {
-                slow = true;
-                self.senders
-                    .poll_spinning_first(
-                        || self.reserve_send(token).then_some(()),
-                        || !self.is_full(),
-                        |entry| self.hand_off(entry),
-                    )
-                    .is_some()
-            };
+            let ready = self.reserve_send(token)
+                || self
+                    .senders
+                    .poll_spinning_first(|| self.reserve_send(token).then_some(()))
+                    .is_some();
             if ready {
                 // SAFETY: `reserve_send` returned true for this token.
                 let sent = unsafe { self.write_reserved(token, msg) };
-                if slow {
-                    self.pass_on_send();
-                }
                 return sent.map_err(SendTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
@@ -566,7 +546,6 @@ impl<T> Channel<T> {
                 }
             });
             if delivered {
-                self.pass_on_send();
                 return Ok(());
             }
             // SAFETY: not delivered: no one else touches the packet any more, and its message
@@ -613,37 +592,21 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
-        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
-        let mut slow = false;
         loop {
             // Fast path, then a spin while a sender is about to deliver: adaptive, then
             // polling between yields at capacity one (a ping-pong); brief above it, where the
             // senders rarely wait for us (`SyncWaitList::poll_briefly`).
             let ready = self.reserve_recv(token) || {
-                slow = true;
+                let attempt = || self.reserve_recv(token).then_some(());
                 if self.cap == 1 {
-                    self.receivers
-                        .poll_spinning_first(
-                            || self.reserve_recv(token).then_some(()),
-                            || !self.is_empty(),
-                            |_| {},
-                        )
-                        .is_some()
+                    self.receivers.poll_spinning_first(attempt).is_some()
                 } else {
-                    self.receivers
-                        .poll_briefly(
-                            || self.reserve_recv(token).then_some(()),
-                            || !self.is_empty(),
-                        )
-                        .is_some()
+                    self.receivers.poll_briefly(attempt).is_some()
                 }
             };
             if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
                 let got = unsafe { self.read_reserved(token) };
-                if slow {
-                    self.pass_on_recv();
-                }
                 return got.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
@@ -656,17 +619,6 @@ impl<T> Channel<T> {
                     !self.is_empty() || self.is_disconnected()
                 });
         }
-    }
-
-    /// After a polling or woken sender's success: see `SyncWaitList::pass_on`.
-    pub(crate) fn pass_on_send(&self) {
-        self.senders
-            .pass_on(|| !self.is_full(), |entry| self.hand_off(entry));
-    }
-
-    /// After a polling or woken receiver's success: see `SyncWaitList::pass_on`.
-    pub(crate) fn pass_on_recv(&self) {
-        self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }
 
     // ===== impl Channel: state =====

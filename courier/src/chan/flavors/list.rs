@@ -591,12 +591,7 @@ impl<T> Channel<T> {
     /// As for [`read_reserved`](Self::read_reserved).
     pub(crate) unsafe fn read(&self, token: &mut Token) -> Result<T, ()> {
         // SAFETY: forwarded from the caller.
-        let got = unsafe { self.read_reserved(&token.list) };
-        // A select woken for this passes on, now that nothing is held.
-        if token.waited {
-            self.pass_on_recv();
-        }
-        got
+        unsafe { self.read_reserved(&token.list) }
     }
 
     /// Reads the reserved message; frees the block when it was the last one in it.
@@ -661,32 +656,22 @@ impl<T> Channel<T> {
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ListToken::default();
-        // Polled or woken: pass on after completing (see `SyncWaitList::pass_on`).
-        let mut slow = false;
         loop {
             let ready = if let Some(position) = self.claim_ahead(token) {
                 // Given up: the position is abandoned; `tail` tells empty from disconnected.
-                self.wait_claimed(token, position, &mut slow) || self.reserve_recv(token)
+                self.wait_claimed(token, position) || self.reserve_recv(token)
             } else {
                 // Fast path, then a spin while a sender is about to deliver.
-                self.reserve_recv(token) || {
-                    slow = true;
-                    self.receivers
-                        .poll_spinning_first(
-                            || self.reserve_recv(token).then_some(()),
-                            || !self.is_empty(),
-                            |_| {},
-                        )
+                self.reserve_recv(token)
+                    || self
+                        .receivers
+                        .poll_spinning_first(|| self.reserve_recv(token).then_some(()))
                         .is_some()
-                }
             };
             if ready {
                 // SAFETY: the token holds a position claimed by this call and, if it was
                 // claimed ahead, written.
                 let got = unsafe { self.read_reserved(token) };
-                if slow {
-                    self.pass_on_recv();
-                }
                 return got.map_err(|()| RecvTimeoutError::Disconnected);
             }
             if let Some(d) = deadline {
@@ -736,7 +721,7 @@ impl<T> Channel<T> {
     /// Waits for the message at `position`, claimed ahead into `token`, spinning and polling as
     /// a receiver of an empty channel does. `false`: the wait ran out and no sender had claimed
     /// the position: it is given up for good.
-    fn wait_claimed(&self, token: &ListToken, position: usize, slow: &mut bool) -> bool {
+    fn wait_claimed(&self, token: &ListToken, position: usize) -> bool {
         // SAFETY: the block is live until our slot is finished, which is up to us.
         let slot = unsafe { &(*(token.block as *const Block<T>)).slots[token.offset] };
         // SYNC POINT: partner: the sender's Release store of WRITE; `read_reserved` reads the
@@ -745,13 +730,11 @@ impl<T> Channel<T> {
         if written() {
             return true;
         }
-        *slow = true;
-        let polled = self.receivers.poll_spinning_first(
-            || written().then_some(()),
-            || !self.is_empty(),
-            |_| {},
-        );
-        if polled.is_some() {
+        if self
+            .receivers
+            .poll_spinning_first(|| written().then_some(()))
+            .is_some()
+        {
             return true;
         }
         // SYNC POINT: the receiver's half of the Dekker pair in `write_reserved` (module docs).
@@ -788,11 +771,6 @@ impl<T> Channel<T> {
 
     pub(crate) fn unwatch_recv(&self, oper: Operation) {
         self.receivers.unwatch(oper);
-    }
-
-    /// After a polling or woken receiver's success: see `SyncWaitList::pass_on`.
-    pub(crate) fn pass_on_recv(&self) {
-        self.receivers.pass_on(|| !self.is_empty(), |_| {});
     }
 
     // ===== impl Channel: state =====

@@ -23,9 +23,7 @@ pub(crate) struct Token {
     pub(crate) array: array::ArrayToken,
     pub(crate) list: list::ListToken,
     pub(crate) zero: zero::ZeroToken,
-    /// The select that reserved this waited for it first (it was woken, and the wake-up may
-    /// have been passed on with more owed behind it), so completing the operation passes on
-    /// (`SyncWaitList::pass_on`). A select that found its operation ready at once owes nothing,
-    /// like a channel's own fast path.
+    /// The select that reserves with this token has registered and parked once already: it
+    /// spins before registering only the first time (`Select::spin_before_registering`).
     pub(crate) waited: bool,
 }
