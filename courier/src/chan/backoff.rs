@@ -77,10 +77,11 @@ impl Backoff {
 /// crossbeam-channel, which always wakes. A plausible mechanism, not isolated: a sender parked
 /// behind the full slot stayed parked while any other sender polled, so a receiver freeing the
 /// slot never moved that sender's message into it (`Channel::hand_off` in the bounded flavor
-/// runs only on a wake-up), and the next message waited for a polling sender to be scheduled. `chan --full --case c_bounded1`
-/// in the fast mode, crossbeam's time over courier's, skipping against always waking (runs in
-/// turn): `mpsc_bounded1` 0.72-0.97x -> 1.07-1.74x, `mpmc_bounded1` 0.63-0.87x -> 1.33-2.16x;
-/// the rings of 4 and 16 threads over bounded(1) unchanged (BENCHMARKS.md, session 13).
+/// runs only on a wake-up), and the next message waited for a polling sender to be scheduled.
+/// `chan --full --case c_bounded1` in the fast mode, crossbeam's time over courier's, skipping
+/// against always waking (runs in turn): `mpsc_bounded1` 0.71-0.87x -> 1.07-1.74x,
+/// `mpmc_bounded1` 0.63-0.78x -> 1.33-2.16x; the rings of 4 and 16 threads over bounded(1)
+/// unchanged (BENCHMARKS.md, session 13).
 pub(crate) struct Pollers {
     /// How long a polling thread spins before its first yield: see [`SpinEstimate`].
     spin: SpinEstimate,

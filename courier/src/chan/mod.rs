@@ -120,9 +120,9 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
 
 /// The algorithm behind a channel, chosen at construction (one file each in `flavors/`).
 ///
-/// The variants differ in size (the wait lists' spin estimates sit on lines of their own), which costs
-/// nothing: a channel is one heap allocation, and boxing a variant would add a pointer chase
-/// to every operation.
+/// The variants differ in size (the wait lists' spin estimates sit on lines of their own),
+/// which costs nothing: a channel is one heap allocation, and boxing a variant would add a
+/// pointer chase to every operation.
 #[allow(clippy::large_enum_variant)]
 enum Flavor<T> {
     Array(array::Channel<T>),

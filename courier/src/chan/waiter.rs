@@ -680,9 +680,11 @@ pub(crate) struct SyncWaitList<P: PollerCell = CachePadded<Pollers>> {
 }
 
 /// Where a [`SyncWaitList`] keeps its [`Pollers`]: on a cache line of their own
-/// (`CachePadded`, for channels: `spsc` over `bounded(1)` with pinned threads went from 253-281
-/// to 204-222 ns a message when they moved off `is_empty`'s line) or inline (a oneshot, whose
-/// one sender never polls: padding would quadruple its allocation for nothing).
+/// (`CachePadded`, for channels: waiters write the spin estimate while every peer's fast path
+/// reads `is_empty`; when this line also held a pollers count written at every wait, moving it
+/// off `is_empty`'s line took `spsc` over `bounded(1)` with pinned threads from 253-281 to
+/// 204-222 ns a message) or inline (a oneshot, whose receiver polls without a spin estimate:
+/// padding would quadruple its allocation for nothing).
 pub(crate) trait PollerCell {
     fn new() -> Self;
     fn get(&self) -> &Pollers;
