@@ -1,0 +1,142 @@
+//! The `ring` suite's thread rings, courier against flume and crossbeam-channel in one
+//! process, taking turns: for A/B runs of one ring and for profiling one subject.
+//!
+//! `ring_ab <kind> <n> [rounds]` with `kind` one of `bounded1`, `bounded0`, `unbounded`
+//! (default 3 rounds): a ring of `n` threads passes 1,000,000 messages in all, as in
+//! `courier-bench ring` (buffered rings circulate `n` messages, the rendezvous ring one). Prints
+//! each subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to
+//! profile it); `AB_MESSAGES=<n>` passes `n` messages a round instead of a million.
+
+use std::time::Instant;
+
+/// Messages a round unless `AB_MESSAGES` says otherwise.
+const MESSAGES: usize = 1_000_000;
+
+/// ns per message around a ring of `n` threads over the channels `make` builds.
+fn ring<S, R>(
+    n: usize,
+    messages: usize,
+    one_token: bool,
+    make: impl Fn() -> (S, R),
+    send: fn(&S, usize),
+    recv: fn(&R) -> usize,
+) -> f64
+where
+    S: Send + 'static,
+    R: Send + 'static,
+{
+    let per_task = messages / n;
+    // Task i receives on channel i and sends on channel i + 1.
+    let (txs, rxs): (Vec<S>, Vec<R>) = (0..n).map(|_| make()).unzip();
+    let mut txs: Vec<Option<S>> = txs.into_iter().map(Some).collect();
+    let start = Instant::now();
+    let threads: Vec<_> = rxs
+        .into_iter()
+        .enumerate()
+        .map(|(i, rx)| {
+            let tx = txs[(i + 1) % n].take().unwrap();
+            std::thread::spawn(move || {
+                let sends_first = !one_token || i == 0;
+                for j in 0..per_task {
+                    if sends_first {
+                        send(&tx, j);
+                        std::hint::black_box(recv(&rx));
+                    } else {
+                        let v = recv(&rx);
+                        send(&tx, std::hint::black_box(v));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    start.elapsed().as_nanos() as f64 / (per_task * n) as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let kind = args.get(1).map_or("bounded1", String::as_str).to_owned();
+    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(16);
+    let rounds: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let messages = std::env::var("AB_MESSAGES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MESSAGES);
+    let only = std::env::var("AB_ONLY").ok();
+    let cap = match kind.as_str() {
+        "bounded1" => Some(1),
+        "bounded0" => Some(0),
+        "unbounded" => None,
+        other => panic!("unknown kind {other}: bounded1, bounded0 or unbounded"),
+    };
+    let one_token = cap == Some(0);
+
+    type Subject = (&'static str, Box<dyn Fn() -> f64>);
+    let subjects: Vec<Subject> = vec![
+        (
+            "courier",
+            Box::new(move || {
+                ring(
+                    n,
+                    messages,
+                    one_token,
+                    || match cap {
+                        Some(c) => courier::chan::bounded(c),
+                        None => courier::chan::unbounded(),
+                    },
+                    |tx, v| tx.send(v).unwrap(),
+                    |rx| rx.recv().unwrap(),
+                )
+            }),
+        ),
+        (
+            "flume",
+            Box::new(move || {
+                ring(
+                    n,
+                    messages,
+                    one_token,
+                    || match cap {
+                        Some(c) => flume::bounded(c),
+                        None => flume::unbounded(),
+                    },
+                    |tx, v| tx.send(v).unwrap(),
+                    |rx| rx.recv().unwrap(),
+                )
+            }),
+        ),
+        (
+            "crossbeam-channel",
+            Box::new(move || {
+                ring(
+                    n,
+                    messages,
+                    one_token,
+                    || match cap {
+                        Some(c) => crossbeam_channel::bounded(c),
+                        None => crossbeam_channel::unbounded(),
+                    },
+                    |tx, v| tx.send(v).unwrap(),
+                    |rx| rx.recv().unwrap(),
+                )
+            }),
+        ),
+    ];
+    let subjects: Vec<_> = subjects
+        .into_iter()
+        .filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name))
+        .collect();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
+    for _ in 0..rounds {
+        for (k, (_, run)) in subjects.iter().enumerate() {
+            times[k].push(run());
+        }
+    }
+    for ((name, _), mut t) in subjects.iter().zip(times) {
+        t.sort_by(f64::total_cmp);
+        let shown: Vec<String> = t.iter().map(|x| format!("{x:.0}")).collect();
+        println!("{kind}_{n} {name:18} ns/msg {}", shown.join(" "));
+    }
+}
