@@ -113,7 +113,8 @@ const SPIN_ATTEMPTS: u32 = 8;
 ///
 /// (A thread waiting on a buffered channel side has spun before this, for as long as its side's
 /// [`SpinEstimate`] says spinning has been paying: [`spin_adaptively`]. The rendezvous hand-off
-/// and `Select`, which wait on their claim word, come here straight away.)
+/// and `Select`, which wait on their claim word, come here straight away; so does a capacity-one
+/// waiter, after that spin and its registration.)
 ///
 /// **A thread polls between `sched_yield`s for up to 50 µs.** On an idle machine a yield with
 /// nothing else to run returns in ~0.3 µs, so this polls about as fast as a spin would, and it
@@ -269,7 +270,7 @@ const SCALE: u32 = 16;
 /// builds): `mpmc_bounded1` 1.5-1.8 -> 0.85-1.37 µs per message, `mpsc_bounded1` 1.5-2.9 ->
 /// 0.90-1.17 µs; the 4- and 16-thread bounded(1) rings 10-30% slower (`scripts/ab.sh`, 9
 /// samples: 0.85-0.98 -> 1.05-1.35 µs, still 1.8x ahead of crossbeam), the two-thread one
-/// 0-13% faster. Used by the buffered flavors (see `SyncWaitList::poll_spinning_first`).
+/// 0-13% faster. Used by the buffered flavors (see `SyncWaitList::spin`).
 ///
 /// A heuristic only: racy read-modify-writes may lose updates, which changes nothing but timing.
 pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);

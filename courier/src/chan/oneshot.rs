@@ -172,7 +172,7 @@ impl<T> Receiver<T> {
             // `SyncWaitList::register`).
             self.inner
                 .receiver
-                .park_unless(Operation::hook(&mut hook), deadline, || {
+                .park_unless(Operation::hook(&mut hook), deadline, false, || {
                     self.inner.state.load(Ordering::SeqCst) != EMPTY
                 });
         }

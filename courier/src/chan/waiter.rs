@@ -11,7 +11,9 @@
 //!    changed the state either sees the entry or is seen by the re-check (a Dekker pair);
 //! 3. **park**: [`Context::wait_until`] parks until the claim word changes (or the deadline
 //!    passes, in which case it claims itself `ABORTED`). Before registering, an operation spins
-//!    then yields, on the channel (`backoff::spin_then_yield`).
+//!    (and on some channel sides polls between yields) on the channel; a rendezvous waiter, a
+//!    `Select` and a waiter of a capacity-one channel poll their claim word after registering
+//!    instead (`backoff::spin_then_yield`).
 //!
 //! A peer that makes the channel ready pops one entry of *another* task, claims it with one CAS
 //! (`WAITING -> Operation(op)`; a failed CAS means a `Select` was won elsewhere, so it tries the
@@ -341,9 +343,10 @@ impl Context {
     /// Waits until the context is claimed, or the deadline passes (then claims it `Aborted`,
     /// unless a peer claimed it first, whose claim is returned instead and must be honoured).
     ///
-    /// With `spin`, first spins (then yields) on the claim word: the rendezvous flavor and
-    /// `Select`, whose peers claim registered waiters. The buffered flavors spin on the channel
-    /// itself before registering, and pass `false`.
+    /// With `spin`, first polls the claim word (`backoff::spin_then_yield`): the rendezvous
+    /// flavor, `Select` and capacity one, whose peers finish a registered waiter's operation
+    /// for it. The other buffered waiters poll the channel itself before registering, and pass
+    /// `false`.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
         if spin {
             let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
@@ -729,7 +732,8 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
     /// paying on this side (`backoff::SpinEstimate`).
     ///
-    /// For the buffered flavors' waiters. On the bounded one the peer that makes a waiter ready
+    /// For the buffered flavors' waiters (but capacity one's, which poll registered: [`spin`](
+    /// Self::spin)). On the bounded one the peer that makes a waiter ready
     /// is often a poller running on the other CPU, and catching its move without a
     /// `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a message
     /// (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers first
@@ -742,13 +746,23 @@ impl<P: PollerCell> SyncWaitList<P> {
         &self,
         mut attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        let may_yield = current_may_yield();
-        if may_yield {
-            if let Some(r) = spin_adaptively(self.pollers.get().spin(), &mut attempt) {
-                return Some(r);
-            }
+        self.spin(&mut attempt)
+            .or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), attempt))
+    }
+
+    /// A thread spins on `attempt` for as long as spinning has been paying on this side
+    /// (`backoff::SpinEstimate`); `None` if the spin ran out, or at once for a fiber (whose
+    /// spin, if its scheduler allows one, comes when it waits).
+    ///
+    /// For the waiters of a capacity-one channel, which then register and poll their claim
+    /// word ([`park_unless`](Self::park_unless) with `poll_claim`), not the channel.
+    #[inline]
+    pub(crate) fn spin<R>(&self, attempt: &mut impl FnMut() -> Option<R>) -> Option<R> {
+        if current_may_yield() {
+            spin_adaptively(self.pollers.get().spin(), attempt)
+        } else {
+            None
         }
-        spin_then_yield(current_may_spin(), may_yield, attempt)
     }
 
     /// Like [`poll`](Self::poll), but a thread polls only briefly, spinning then yielding four
@@ -760,7 +774,7 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// slot's line, while one that parks is woken once and then trails the sender. `chan --full
     /// --case spsc_boundedN` (a million messages), three rounds each: 17-20 -> 12-13 ns a
     /// message (crossbeam 14.5-15.4); `mpsc_boundedN` and `mpmc_boundedN` unchanged within
-    /// their noise (session 9, BENCHMARKS.md). Capacity one keeps the longer poll: there the
+    /// their noise (session 9, BENCHMARKS.md). Capacity one polls longer, registered: there the
     /// sender waits for the receiver as much as the other way round.
     #[inline]
     pub(crate) fn poll_briefly<R>(&self, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
@@ -798,11 +812,13 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// the waiter's half of the Dekker pair in [`register`](Self::register)) and aborts the
     /// wait if the side is ready after all, then parks until a peer claims the wait, the
     /// channel is disconnected or `deadline` passes; unregisters unless a peer took the entry.
-    /// The caller then retries its operation.
+    /// The caller then retries its operation. With `poll_claim`, the task polls its claim word
+    /// (`backoff::spin_then_yield`) before it parks, as a rendezvous waiter does.
     pub(crate) fn park_unless(
         &self,
         oper: Operation,
         deadline: Option<Instant>,
+        poll_claim: bool,
         ready: impl FnOnce() -> bool,
     ) {
         Context::with(|cx| {
@@ -810,7 +826,7 @@ impl<P: PollerCell> SyncWaitList<P> {
             if ready() {
                 let _ = cx.try_select(Selected::Aborted);
             }
-            match cx.wait_until(deadline, false) {
+            match cx.wait_until(deadline, poll_claim) {
                 Selected::Aborted | Selected::Disconnected => {
                     self.unregister(oper);
                 }

@@ -27,6 +27,23 @@
 //!
 //! Capacity one is the exception: there the slot's stamp alone holds the state (see "capacity
 //! one" below), so that a message moves one cache line between the sides instead of three.
+//!
+//! # Waiting
+//!
+//! A blocked operation spins on the channel for as long as spinning has been paying
+//! (`SyncWaitList::spin`), then registers. Above capacity one a thread first polls the
+//! channel between `sched_yield`s (senders) or briefly (receivers) before registering.
+//!
+//! **At capacity one a thread registers before it polls, and polls its claim word.** There a
+//! sender waits for a receiver as much as the other way round, and a registered waiter lets
+//! its peer finish for it: a receiver that frees the slot moves a registered sender's message
+//! into it ([`hand_off`](Channel::hand_off)) and claims it, a sender that fills the slot claims
+//! a registered receiver, and the waiter, polling between yields, sees the claim without a
+//! futex round trip (its `unpark` finds it awake). A thread that polled the channel instead
+//! had to be scheduled to finish its own operation. In a ring of 16 threads over bounded(1)
+//! channels on two CPUs, that took context switches from 1.10 to 0.62 a message (flume, which
+//! parks at once and hands off the same way: 0.61) and the ring from 0.97-1.28 to 0.70-0.90
+//! µs a message (`ring_ab bounded1 16`; BENCHMARKS.md, session 14).
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -501,13 +518,19 @@ impl<T> Channel<T> {
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
+        // Capacity one polls registered (module docs, "Waiting").
+        let poll_claim = self.cap == 1;
         loop {
-            // Fast path, then a spin while a receiver is about to make room.
-            let ready = self.reserve_send(token)
-                || self
-                    .senders
-                    .poll_spinning_first(|| self.reserve_send(token).then_some(()))
-                    .is_some();
+            // Fast path, then a spin (and above capacity one, polling between yields) while a
+            // receiver is about to make room.
+            let ready = self.reserve_send(token) || {
+                let mut attempt = || self.reserve_send(token).then_some(());
+                if poll_claim {
+                    self.senders.spin(&mut attempt).is_some()
+                } else {
+                    self.senders.poll_spinning_first(attempt).is_some()
+                }
+            };
             if ready {
                 // SAFETY: `reserve_send` returned true for this token.
                 let sent = unsafe { self.write_reserved(token, msg) };
@@ -533,7 +556,7 @@ impl<T> Channel<T> {
                 if !self.is_full() || self.is_disconnected() {
                     let _ = cx.try_select(Selected::Aborted);
                 }
-                match cx.wait_until(deadline, false) {
+                match cx.wait_until(deadline, poll_claim) {
                     Selected::Aborted | Selected::Disconnected => {
                         self.senders.unregister(oper);
                         false
@@ -593,13 +616,13 @@ impl<T> Channel<T> {
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
         loop {
-            // Fast path, then a spin while a sender is about to deliver: adaptive, then
-            // polling between yields at capacity one (a ping-pong); brief above it, where the
+            // Fast path, then a spin while a sender is about to deliver: adaptive at capacity
+            // one (then polling registered: module docs, "Waiting"); brief above it, where the
             // senders rarely wait for us (`SyncWaitList::poll_briefly`).
             let ready = self.reserve_recv(token) || {
-                let attempt = || self.reserve_recv(token).then_some(());
+                let mut attempt = || self.reserve_recv(token).then_some(());
                 if self.cap == 1 {
-                    self.receivers.poll_spinning_first(attempt).is_some()
+                    self.receivers.spin(&mut attempt).is_some()
                 } else {
                     self.receivers.poll_briefly(attempt).is_some()
                 }
@@ -615,7 +638,7 @@ impl<T> Channel<T> {
                 }
             }
             self.receivers
-                .park_unless(Operation::hook(token), deadline, || {
+                .park_unless(Operation::hook(token), deadline, self.cap == 1, || {
                     !self.is_empty() || self.is_disconnected()
                 });
         }

@@ -680,7 +680,7 @@ impl<T> Channel<T> {
                 }
             }
             self.receivers
-                .park_unless(Operation::hook(token), deadline, || {
+                .park_unless(Operation::hook(token), deadline, false, || {
                     !self.is_empty() || self.is_disconnected()
                 });
         }
