@@ -74,55 +74,32 @@ fn main() {
     let one_token = cap == Some(0);
 
     type Subject = (&'static str, Box<dyn Fn() -> f64>);
+    /// A subject: its name and a ring over its channels (`$chan::bounded`/`unbounded`).
+    macro_rules! subject {
+        ($name:literal, $chan:ident) => {
+            (
+                $name,
+                Box::new(move || {
+                    ring(
+                        n,
+                        messages,
+                        one_token,
+                        || match cap {
+                            Some(c) => $chan::bounded(c),
+                            None => $chan::unbounded(),
+                        },
+                        |tx, v| tx.send(v).unwrap(),
+                        |rx| rx.recv().unwrap(),
+                    )
+                }) as Box<dyn Fn() -> f64>,
+            )
+        };
+    }
+    use courier::chan;
     let subjects: Vec<Subject> = vec![
-        (
-            "courier",
-            Box::new(move || {
-                ring(
-                    n,
-                    messages,
-                    one_token,
-                    || match cap {
-                        Some(c) => courier::chan::bounded(c),
-                        None => courier::chan::unbounded(),
-                    },
-                    |tx, v| tx.send(v).unwrap(),
-                    |rx| rx.recv().unwrap(),
-                )
-            }),
-        ),
-        (
-            "flume",
-            Box::new(move || {
-                ring(
-                    n,
-                    messages,
-                    one_token,
-                    || match cap {
-                        Some(c) => flume::bounded(c),
-                        None => flume::unbounded(),
-                    },
-                    |tx, v| tx.send(v).unwrap(),
-                    |rx| rx.recv().unwrap(),
-                )
-            }),
-        ),
-        (
-            "crossbeam-channel",
-            Box::new(move || {
-                ring(
-                    n,
-                    messages,
-                    one_token,
-                    || match cap {
-                        Some(c) => crossbeam_channel::bounded(c),
-                        None => crossbeam_channel::unbounded(),
-                    },
-                    |tx, v| tx.send(v).unwrap(),
-                    |rx| rx.recv().unwrap(),
-                )
-            }),
-        ),
+        subject!("courier", chan),
+        subject!("flume", flume),
+        subject!("crossbeam-channel", crossbeam_channel),
     ];
     let subjects: Vec<_> = subjects
         .into_iter()
