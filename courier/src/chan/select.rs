@@ -467,7 +467,7 @@ impl<'a> Select<'a> {
         match n {
             0 => None,
             _ if cfg!(loom) => Some(0),
-            _ => Some(next_rotation() % n),
+            _ => Some(next_rotation(n)),
         }
     }
 
@@ -650,8 +650,11 @@ enum Timeout {
     At(Instant),
 }
 
-/// A per-thread rotation counter (xorshift), to vary where each select starts.
-fn next_rotation() -> usize {
+/// Where the next select of this thread starts, in `0..n`: a per-thread xorshift state mapped
+/// onto the range by a multiply and a shift (Lemire's "fast alternative to the modulo
+/// reduction") rather than `%`, whose `div` was a third of `Select::run`'s own samples in a
+/// `perf record` of `select_ab`.
+fn next_rotation(n: usize) -> usize {
     thread_local! {
         static SEED: Cell<u32> = const { Cell::new(0x9E37_79B9) };
     }
@@ -661,7 +664,8 @@ fn next_rotation() -> usize {
         x ^= x >> 17;
         x ^= x << 5;
         s.set(x);
-        x as usize
+        // Below `n` for any `n`: x < 2^32. (One 64x64 -> 128-bit `mul` on x86-64.)
+        ((u128::from(x) * n as u128) >> 32) as usize
     })
 }
 
