@@ -1,13 +1,15 @@
 //! Buffered channels with room for every message, courier against crossbeam-channel and
 //! std's `sync_channel` in one process, taking turns: the A/B behind BENCHMARKS.md's session 9
-//! figures for `spsc_boundedN` and `mpsc_boundedN`.
+//! figures for `spsc_boundedN` and `mpsc_boundedN`, and (with `AB_CAP=unbounded`) session 15's
+//! for `spsc_unbounded`.
 //!
 //! `buffered_ab [senders] [rounds] [barrier]` (default 1 sender, 7 rounds): `senders` threads
 //! send 100,000 messages in all (a channel of that capacity) to one receiver on the main thread,
 //! or, with `barrier`, on a thread of its own released with the senders by a barrier (as the
 //! `chan` suite does: the span from the first sender's start to the receiver's end). Prints each
 //! subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to profile
-//! it); `AB_CAP=<n>` gives the channel room for `n` messages only; `AB_RECEIVERS=<n>` receives
+//! it); `AB_CAP=<n>` gives the channel room for `n` messages only (`AB_CAP=unbounded`: unbounded
+//! channels, std's `channel`); `AB_RECEIVERS=<n>` receives
 //! on `n` threads (the extra ones released with the others, or spawned at once without
 //! `barrier`); `AB_MESSAGES=<n>` sends `n` messages a round instead of 100,000.
 
@@ -103,7 +105,12 @@ fn main() {
     let only = std::env::var("AB_ONLY").ok();
     let messages: usize =
         std::env::var("AB_MESSAGES").map_or(MESSAGES, |m| m.parse().expect("messages"));
-    let cap: usize = std::env::var("AB_CAP").map_or(messages, |c| c.parse().expect("capacity"));
+    // `None`: unbounded.
+    let cap: Option<usize> = match std::env::var("AB_CAP") {
+        Err(_) => Some(messages),
+        Ok(c) if c == "unbounded" => None,
+        Ok(c) => Some(c.parse().expect("capacity or `unbounded`")),
+    };
     let receivers: usize =
         std::env::var("AB_RECEIVERS").map_or(1, |r| r.parse().expect("receivers"));
     assert!(
@@ -122,7 +129,7 @@ fn main() {
                 senders,
                 receivers,
                 barrier,
-                || courier::chan::bounded(cap),
+                || cap.map_or_else(courier::chan::unbounded, courier::chan::bounded),
                 |tx: &courier::chan::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &courier::chan::Receiver<usize>| rx.recv().unwrap(),
                 courier::chan::Receiver::clone,
@@ -134,23 +141,38 @@ fn main() {
                 senders,
                 receivers,
                 barrier,
-                || crossbeam_channel::bounded(cap),
+                || cap.map_or_else(crossbeam_channel::unbounded, crossbeam_channel::bounded),
                 |tx: &crossbeam_channel::Sender<usize>, v| tx.send(v).unwrap(),
                 |rx: &crossbeam_channel::Receiver<usize>| rx.recv().unwrap(),
                 crossbeam_channel::Receiver::clone,
             ) as u64);
         }
         if runs("std-mpsc") && receivers == 1 {
-            figures[2].push(run(
-                messages,
-                senders,
-                receivers,
-                barrier,
-                || std::sync::mpsc::sync_channel(cap),
-                |tx: &std::sync::mpsc::SyncSender<usize>, v| tx.send(v).unwrap(),
-                |rx: &std::sync::mpsc::Receiver<usize>| rx.recv().unwrap(),
-                |_| unreachable!("std's receiver is single"),
-            ) as u64);
+            let recv = |rx: &std::sync::mpsc::Receiver<usize>| rx.recv().unwrap();
+            let single =
+                |_: &std::sync::mpsc::Receiver<usize>| unreachable!("std's receiver is single");
+            figures[2].push(match cap {
+                Some(cap) => run(
+                    messages,
+                    senders,
+                    receivers,
+                    barrier,
+                    || std::sync::mpsc::sync_channel(cap),
+                    |tx: &std::sync::mpsc::SyncSender<usize>, v| tx.send(v).unwrap(),
+                    recv,
+                    single,
+                ),
+                None => run(
+                    messages,
+                    senders,
+                    receivers,
+                    barrier,
+                    std::sync::mpsc::channel,
+                    |tx: &std::sync::mpsc::Sender<usize>, v| tx.send(v).unwrap(),
+                    recv,
+                    single,
+                ),
+            } as u64);
         }
     }
     for (name, v) in ["courier", "crossbeam-channel", "std-mpsc"]
