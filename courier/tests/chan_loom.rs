@@ -223,6 +223,45 @@ fn unbounded_abandoned_position_is_skipped_in_order() {
     });
 }
 
+/// The last receiver gives up a position it claimed ahead and leaves, while a sender claims that
+/// position: the sender finds it abandoned and takes its message back (finishing the slot), the
+/// leaving receiver discards the rest of the block (finishing the other slots), and whichever
+/// finishes last frees the block. The message is received, or handed back to the sender, and
+/// dropped exactly once.
+#[test]
+fn unbounded_receiver_leaves_after_giving_up_a_position() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    struct D(Arc<AtomicUsize>);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = chan::unbounded::<D>();
+        // As above: the claim ahead is then at the first slot of the second block.
+        for _ in 0..2 {
+            tx.send(D(drops.clone())).unwrap();
+            drop(rx.try_recv().unwrap());
+        }
+        let d2 = drops.clone();
+        let t = thread::spawn(move || {
+            if let Err(e) = tx.send(D(d2)) {
+                drop(e.into_inner());
+            }
+        });
+        // A deadline already passed: claim ahead, and give the position up unless the
+        // message is there.
+        drop(rx.recv_timeout(Duration::ZERO));
+        drop(rx);
+        t.join().unwrap();
+        assert_eq!(drops.load(Ordering::SeqCst), 3);
+    });
+}
+
 /// Two receivers, two messages, and the sender stays connected until both receivers have one
 /// (so a disconnect cannot paper over a lost wake-up): a receiver that parks must be woken for
 /// a message even when the other one was polling as it arrived.
