@@ -224,10 +224,9 @@ fn unbounded_abandoned_position_is_skipped_in_order() {
 }
 
 /// The last receiver gives up a position it claimed ahead and leaves, while a sender claims that
-/// position: the sender finds it abandoned and takes its message back (finishing the slot), the
-/// leaving receiver discards the rest of the block (finishing the other slots), and whichever
-/// finishes last frees the block. The message is received, or handed back to the sender, and
-/// dropped exactly once.
+/// position: the sender finds it abandoned and takes its message back while the leaving
+/// receiver discards what is left, and the block is freed once, after both are done with it.
+/// The message is received, or handed back to the sender, and dropped exactly once.
 #[test]
 fn unbounded_receiver_leaves_after_giving_up_a_position() {
     use std::sync::atomic::{AtomicUsize, Ordering};

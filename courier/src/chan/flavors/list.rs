@@ -21,8 +21,9 @@
 //!
 //! A sender claims a position with one CAS on `tail.index`; the sender that claims the last slot
 //! of a block installs the next one (allocated *before* the CAS, so the window in which others
-//! wait is short). A receiver claims with one CAS on `head.index`. Each block counts its
-//! finished slots, and whoever finishes the last one frees it (see "Freeing blocks").
+//! wait is short). A receiver claims with one CAS on `head.index`. Blocks are freed by the last
+//! party to finish with them: each slot has `READ`, `SKIP` and `DESTROY` bits so that whichever
+//! of "block retired" and "slot finished" comes last frees it.
 //!
 //! # Receivers that claim ahead
 //!
@@ -42,7 +43,7 @@
 //! - Otherwise no sender had claimed it, and any that does will see the mark (the sender's half:
 //!   claim by CAS on `tail`, then read the slot's state before writing). The receiver confirms
 //!   with `GONE`; such a sender waits for that verdict (or the withdrawal), takes its message
-//!   back, finishes the slot and sends the message again at a later position.
+//!   back, marks the slot `SKIP` and sends it again at a later position.
 //!
 //! So a sender still marks its slot written with a plain store, not a read-modify-write: one
 //! locked instruction a message (the `tail` CAS) instead of crossbeam's two. Per-sender order
@@ -56,24 +57,6 @@
 //! the next block, which may not exist yet), so the claimed slot is always live: a block is freed
 //! only once every slot in it is finished, ours included. `try_recv` and `Select` keep
 //! crossbeam's check of `tail`: they must not claim a position they will not wait for.
-//!
-//! # Freeing blocks
-//!
-//! A slot is finished once its message is read, or taken back by its sender after its receiver
-//! gave the position up. Each block counts its finished slots (`finished`, after the slots: one
-//! `fetch_add` per slot); whoever brings the count to `BLOCK_CAP` frees the block.
-//! When the receivers are gone, `discard_all_messages` finishes the slots no one else will: the
-//! unread ones (it drops their messages) and those no sender will reach.
-//!
-//! crossbeam marks each slot `READ` instead (a `fetch_or` on the slot's state, the word its
-//! sender wrote) and lets the reader of a block's last slot walk the block, handing the walk on
-//! (a `DESTROY` mark) to the first slot still being read. Both cost the receiver a locked
-//! instruction a message, on different words: the slot's state, which its sender has just
-//! written, or the count, which senders write only to take a message back. And the walk, with
-//! its waits for slots still being written, is gone. Measured (session 15, BENCHMARKS.md,
-//! `AB_CAP=unbounded buffered_ab <senders> 5 barrier`): one sender and one receiver 62-63 ->
-//! 46-48 ns a message, where courier's receiver had been falling behind its sender; four senders
-//! and one or four receivers level or better.
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -104,16 +87,21 @@ const MARK_BIT: usize = 1;
 /// keep receivers off the tail's cache line while the queue is long).
 const HAS_NEXT: usize = 1;
 
-/// Slot state bits: the message is written.
+/// Slot state bits. A slot is finished (its block may be freed) once it has `READ` (its
+/// message taken) or `SKIP` (abandoned by its receiver, and its sender has moved on).
 const WRITE: usize = 1;
+const READ: usize = 2;
+const DESTROY: usize = 4;
 /// Its receiver, which claimed the position ahead, is giving it up (not final: see `GONE`).
-const ABANDON: usize = 2;
+const ABANDON: usize = 8;
 /// With `ABANDON`: given up for good; the position's sender must send elsewhere.
-const GONE: usize = 4;
+const GONE: usize = 16;
+/// Its sender found `GONE`, took the message back and will not touch the slot again.
+const SKIP: usize = 32;
 
 struct Slot<T> {
     msg: UnsafeCell<MaybeUninit<T>>,
-    /// `WRITE | ABANDON | GONE` bits.
+    /// `WRITE | READ | DESTROY | ABANDON | GONE | SKIP` bits.
     state: AtomicUsize,
 }
 
@@ -146,8 +134,6 @@ impl<T> Slot<T> {
 struct Block<T> {
     next: AtomicPtr<Block<T>>,
     slots: [Slot<T>; BLOCK_CAP],
-    /// Slots finished (read, or taken back by their sender); see "Freeing blocks".
-    finished: AtomicUsize,
 }
 
 impl<T> Block<T> {
@@ -162,8 +148,8 @@ impl<T> Block<T> {
             std::alloc::handle_alloc_error(layout);
         }
         // SAFETY: `raw` was allocated with `Block<T>`'s layout, and all-zero bytes are a valid
-        // `Block`: a null `next`, slot states and a count of 0 (atomics are valid at any bit
-        // pattern of their integer), and messages that are `MaybeUninit`.
+        // `Block`: a null `next`, slot states of 0 (atomics are valid at any bit pattern of
+        // their integer), and messages that are `MaybeUninit`.
         unsafe { Box::from_raw(raw) }
     }
 
@@ -176,7 +162,6 @@ impl<T> Block<T> {
                 msg: UnsafeCell::new(MaybeUninit::uninit()),
                 state: AtomicUsize::new(0),
             }),
-            finished: AtomicUsize::new(0),
         })
     }
 
@@ -193,34 +178,40 @@ impl<T> Block<T> {
         }
     }
 
-    /// Counts `n` more finished slots of `this`; frees the block if they were its last.
+    /// Frees the block once slots `start..` are all finished (read, or abandoned and skipped),
+    /// or hands the job to the first slot still busy: its reader, or its skipping sender.
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `this` is live, and `n` of its slots, never counted before, are finished: the caller
-    ///   is done with them, as is everyone else;
-    /// - the caller does not touch the block afterwards.
-    #[inline]
-    unsafe fn finish(this: *mut Block<T>, n: usize) {
-        // SYNC POINT: each finisher releases its accesses to the block; the last one acquires
-        // them all before freeing it. Partner: the other finishers' `fetch_add`.
-        // SAFETY: live, by the caller's contract.
-        if unsafe { (*this).finished.fetch_add(n, Ordering::AcqRel) } + n == BLOCK_CAP {
-            // SAFETY: every slot is finished: no one touches the block any more.
-            unsafe { Block::free(this) };
-        }
-    }
-
-    /// Frees a block. Once per block, so out of line (inlined into `read_reserved`, the old
-    /// walk over the block made it too large to inline and its prologue save six registers per
-    /// message).
+    /// - `this` is a block every slot of which below `start` is finished;
+    /// - every position of it has been claimed by a sender and a receiver.
     ///
-    /// # Safety
-    /// The caller must ensure that `this` came from `Box::into_raw` and no one references it.
+    /// Once per block, so out of line: inlined, it made `read_reserved` too large to inline and
+    /// its prologue save six registers per message.
     #[cold]
     #[inline(never)]
-    unsafe fn free(this: *mut Block<T>) {
-        // SAFETY: forwarded from the caller.
+    unsafe fn destroy(this: *mut Block<T>, start: usize) {
+        // The last slot is never marked: its reader is the one that starts destruction.
+        for i in start..BLOCK_CAP - 1 {
+            // SAFETY: the block is live until the loop decides to free it.
+            let slot = unsafe { &(*this).slots[i] };
+            // A sender marks WRITE with a plain store: let it land (or the slot be given up)
+            // before marking anything. From then on every writer of the state uses a
+            // read-modify-write, so no bit is lost.
+            let mut backoff = Backoff::new();
+            while slot.state.load(Ordering::Acquire) & (WRITE | GONE) == 0 {
+                backoff.snooze(true);
+            }
+            // SYNC POINT: partners: the reader's `fetch_or(READ)` in `read_reserved` and the
+            // sender's `fetch_or(SKIP)` in `take_back`: whoever comes last sees the other's bit.
+            if slot.state.load(Ordering::Acquire) & (READ | SKIP) == 0
+                && slot.state.fetch_or(DESTROY, Ordering::AcqRel) & (READ | SKIP) == 0
+            {
+                // That slot is busy; whoever finishes it continues from `i + 1`.
+                return;
+            }
+        }
+        // SAFETY: every slot is finished and no one touches the block any more.
         drop(unsafe { Box::from_raw(this) });
     }
 
@@ -233,12 +224,15 @@ impl<T> Block<T> {
     #[cold]
     #[inline(never)]
     unsafe fn take_back(this: *mut Block<T>, offset: usize) -> T {
-        // SAFETY: the slot is not finished, so the block is live.
+        // SAFETY: the slot is not finished (no SKIP yet), so the block is live.
         let slot = unsafe { &(*this).slots[offset] };
         // SAFETY: we wrote the message; its receiver gave the slot up without reading it.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
-        // SAFETY: the slot is finished now (its receiver left it at GONE), counted once, here.
-        unsafe { Block::finish(this, 1) };
+        // SYNC POINT: finishes the slot; partner: `destroy`'s `fetch_or(DESTROY)`.
+        if slot.state.fetch_or(SKIP, Ordering::AcqRel) & DESTROY != 0 {
+            // SAFETY: destruction stopped at our slot and handed the rest to us.
+            unsafe { Block::destroy(this, offset + 1) };
+        }
         msg
     }
 }
@@ -417,7 +411,7 @@ impl<T> Channel<T> {
             }
             let block = token.block as *mut Block<T>;
             // SAFETY: the block cannot be freed before this slot is finished, which needs our
-            // WRITE (then a read) or our taking the message back.
+            // WRITE (then a read) or our SKIP.
             let slot = unsafe { &(*block).slots[token.offset] };
             // SAFETY: the `tail` CAS gave this sender the message cell exclusively (a receiver
             // touches it only after seeing WRITE).
@@ -431,6 +425,7 @@ impl<T> Channel<T> {
             if state & ABANDON == 0 || Self::receiver_withdraws(slot) {
                 // A plain store (not a read-modify-write: one locked instruction a message
                 // fewer) may erase only an ABANDON its receiver is withdrawing (it saw our claim).
+                // The destroyer waits for WRITE before it marks DESTROY.
                 slot.mark_written();
                 self.receivers.notify();
                 return Ok(());
@@ -612,14 +607,20 @@ impl<T> Channel<T> {
         }
         let block = token.block as *mut Block<T>;
         let offset = token.offset;
-        // SAFETY: the block is live until this slot is finished (below).
+        // SAFETY: the block is live until this slot is marked READ (below).
         let slot = unsafe { &(*block).slots[offset] };
         slot.wait_write();
         // SAFETY: WRITE is set, so the message is initialised; the `head` CAS made us its only
         // reader.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
-        // SAFETY: we are done with the slot, and the sender was done when it set WRITE.
-        unsafe { Block::finish(block, 1) };
+        if offset + 1 == BLOCK_CAP {
+            // SAFETY: the last slot's reader starts the block's destruction; no one claims
+            // slots of it any more (`head` moved to the next block).
+            unsafe { Block::destroy(block, 0) };
+        } else if slot.state.fetch_or(READ, Ordering::AcqRel) & DESTROY != 0 {
+            // SAFETY: destruction stopped at our slot and handed the rest to us.
+            unsafe { Block::destroy(block, offset + 1) };
+        }
         Ok(msg)
     }
 
@@ -854,44 +855,45 @@ impl<T> Channel<T> {
                 block = self.head.block.swap(ptr::null_mut(), Ordering::AcqRel);
             }
         }
-        if block.is_null() {
-            // Nothing to drop: no message was ever sent.
-            self.head.index.store(head & !HAS_NEXT, Ordering::Release);
-            return;
+        if !block.is_null() {
+            // Below `head`, every slot is finished except abandoned ones whose senders may still
+            // be taking their messages back (those below `tail`): wait for them.
+            let lap = |p: usize| (p >> SHIFT) / LAP;
+            let off = |p: usize| (p >> SHIFT) % LAP;
+            let claimed = match lap(tail) == lap(head) {
+                true => off(head).min(off(tail)),
+                false => off(head),
+            };
+            for i in 0..claimed.min(BLOCK_CAP) {
+                // SAFETY: `block` is live: it is `head`'s, whose last slot no one has read.
+                let slot = unsafe { &(*block).slots[i] };
+                // SYNC POINT: partner: the sender's `fetch_or(SKIP)` in `take_back`.
+                while slot.state.load(Ordering::Acquire) & (GONE | SKIP) == GONE {
+                    backoff.snooze(true);
+                }
+            }
         }
-        // In `head`'s block, the slots below both `head` and `tail` are someone else's to
-        // finish: read already, or being taken back by the sender that found them abandoned.
-        // From there on this call finishes every slot: it drops the messages in `head..tail`
-        // and counts the rest (positions given up by their receivers that no sender will
-        // reach now, and positions no one claimed).
-        let lap = |p: usize| (p >> SHIFT) / LAP;
-        let off = |p: usize| (p >> SHIFT) % LAP;
-        let mut first_ours = match lap(tail) == lap(head) {
-            true => off(head).min(off(tail)),
-            false => off(head),
-        };
         while !at_or_past(head, tail) {
-            let offset = off(head);
+            let offset = (head >> SHIFT) % LAP;
             if offset < BLOCK_CAP {
-                // SAFETY: `block` is the live block holding position `head`: its slots from
-                // `first_ours` on are not counted yet.
+                // SAFETY: `block` is the live block holding position `head`.
                 let slot = unsafe { &(*block).slots[offset] };
                 slot.wait_write();
                 // SAFETY: written (WRITE seen), never read: drop it once.
                 slot.msg.with_mut(|p| unsafe { (*p).assume_init_drop() });
             } else {
-                // SAFETY: as above; every position of the block was claimed by a sender, and the
-                // one that claimed its last slot linked the next block.
+                // SAFETY: every slot of `block` was dropped above; move on and free it.
                 let next = unsafe { (*block).wait_next() };
-                // SAFETY: we are done with the block, and count our slots of it once.
-                unsafe { Block::finish(block, BLOCK_CAP - first_ours) };
+                // SAFETY: as above; no one else references the block.
+                drop(unsafe { Box::from_raw(block) });
                 block = next;
-                first_ours = 0;
             }
             head = head.wrapping_add(1 << SHIFT);
         }
-        // SAFETY: as above, for the block holding the last position.
-        unsafe { Block::finish(block, BLOCK_CAP - first_ours) };
+        if !block.is_null() {
+            // SAFETY: the last (partially used) block; nothing references it any more.
+            drop(unsafe { Box::from_raw(block) });
+        }
         self.head.index.store(head & !HAS_NEXT, Ordering::Release);
     }
 
@@ -942,7 +944,7 @@ impl<T> Drop for Channel<T> {
 }
 
 // SAFETY: messages move between threads through the channel (`T: Send`); slots are accessed
-// under the claim/WRITE/finish protocol above.
+// under the claim/WRITE/READ protocol above.
 unsafe impl<T: Send> Send for Channel<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Channel<T> {}
