@@ -8,6 +8,8 @@
 
 use courier::chan::{self, RecvError, SendError, TryRecvError};
 use loom::thread;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A model with a preemption bound unless the caller set one (`LOOM_MAX_PREEMPTIONS`).
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -25,6 +27,16 @@ fn model_with_branches(max_branches: usize, f: impl Fn() + Sync + Send + 'static
     // scheduling points; allow the paths they make.
     b.max_branches = max_branches;
     b.check(f);
+}
+
+/// A message that counts its drops (a plain std atomic: the count is read after the model's
+/// threads have joined, so it needs no modelling).
+struct D(Arc<AtomicUsize>);
+
+impl Drop for D {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 #[test]
@@ -133,14 +145,6 @@ fn unbounded_crosses_blocks_in_order() {
 
 #[test]
 fn unbounded_receiver_drop_discards_while_sending() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    struct D(Arc<AtomicUsize>);
-    impl Drop for D {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::unbounded::<D>();
@@ -229,15 +233,7 @@ fn unbounded_abandoned_position_is_skipped_in_order() {
 /// The message is received, or handed back to the sender, and dropped exactly once.
 #[test]
 fn unbounded_receiver_leaves_after_giving_up_a_position() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     use std::time::Duration;
-    struct D(Arc<AtomicUsize>);
-    impl Drop for D {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::unbounded::<D>();
