@@ -21,6 +21,11 @@ pub(crate) struct Backoff {
     step: u32,
 }
 
+// Under loom `SPIN_LIMIT` is 0, which makes some of the comparisons below constant.
+#[cfg_attr(
+    loom,
+    allow(clippy::absurd_extreme_comparisons, clippy::unnecessary_min_or_max)
+)]
 impl Backoff {
     #[inline]
     pub(crate) const fn new() -> Backoff {
