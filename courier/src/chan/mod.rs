@@ -262,6 +262,9 @@ impl<T> Sender<T> {
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         acquire_handle(&self.chan.senders);
+        if let Flavor::List(c) = &self.chan.flavor {
+            c.senders_now(self.chan.senders.load(Ordering::Relaxed));
+        }
         Sender {
             chan: Arc::clone(&self.chan),
         }
@@ -272,12 +275,15 @@ impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         // SYNC POINT: AcqRel so the last sender's disconnect follows every other sender's
         // sends; partner: the other senders' decrements.
-        if self.chan.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let senders = self.chan.senders.fetch_sub(1, Ordering::AcqRel) - 1;
+        if senders == 0 {
             match &self.chan.flavor {
                 Flavor::Array(c) => c.disconnect(),
                 Flavor::List(c) => c.disconnect_senders(),
                 Flavor::Zero(c) => c.disconnect(),
             };
+        } else if let Flavor::List(c) = &self.chan.flavor {
+            c.senders_now(senders);
         }
     }
 }
