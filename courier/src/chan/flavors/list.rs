@@ -62,9 +62,9 @@
 //!
 //! While a channel has one `Sender`, a finished block is not freed but kept for the next block
 //! the sender needs ([`FreeBlocks`]: whoever retires a block pushes it on a stack, the sender
-//! takes the whole stack with one swap), up to [`KEEP_BLOCKS`] of them. Freeing hands the block
-//! to the allocator on a receiving thread while the sending thread allocates the next ones, and
-//! glibc's allocator serialises the two on the arena's lock: the sender's thread cache is
+//! takes the whole stack with one swap), up to [`KEEP_BYTES`] worth of them. Freeing hands the
+//! block to the allocator on a receiving thread while the sending thread allocates the next
+//! ones, and glibc's allocator serialises the two on the arena's lock: the sender's thread cache is
 //! always empty (it never frees) and the receiver's always full (it never allocates). A receiver
 //! that had fallen behind its sender slept on that lock and stayed behind. Measured (session
 //! 15, BENCHMARKS.md), one sender and one receiver of a million messages: 46 -> 26 ns a message
@@ -106,9 +106,10 @@ const MARK_BIT: usize = 1;
 /// keep receivers off the tail's cache line while the queue is long).
 const HAS_NEXT: usize = 1;
 
-/// Retired blocks a channel keeps for reuse (about 16 KiB of `usize` messages); beyond that a
-/// retired block is freed, so that a burst does not pin its memory for the channel's life.
-const KEEP_BLOCKS: usize = 32;
+/// Bytes of retired blocks a channel keeps for reuse (32 blocks of `usize` messages); beyond
+/// that a retired block is freed, so that a burst does not pin its memory for the channel's
+/// life, whatever the size of its messages.
+const KEEP_BYTES: usize = 16 * 1024;
 
 /// Slot state bits. A slot is finished (its block may be freed) once it has `READ` (its
 /// message taken) or `SKIP` (abandoned by its receiver, and its sender has moved on).
@@ -290,13 +291,23 @@ struct FreeBlocks<T> {
     retired: AtomicPtr<Block<T>>,
     taken: AtomicPtr<Block<T>>,
     /// Blocks pushed on `retired` since it was last emptied (an estimate: it and the stack are
-    /// not updated together, which only moves the [`KEEP_BLOCKS`] bound a little).
+    /// not updated together, which only moves the [`KEEP_BYTES`] bound a little).
     kept: AtomicUsize,
     /// Blocks are reused: the channel has one `Sender` (see "Block reuse").
     reuse: AtomicBool,
 }
 
 impl<T> FreeBlocks<T> {
+    /// Blocks kept: [`KEEP_BYTES`] of them, and at least one.
+    const KEEP: usize = {
+        let n = KEEP_BYTES / std::mem::size_of::<Block<T>>();
+        if n == 0 {
+            1
+        } else {
+            n
+        }
+    };
+
     fn new() -> Self {
         FreeBlocks {
             retired: AtomicPtr::new(ptr::null_mut()),
@@ -312,7 +323,7 @@ impl<T> FreeBlocks<T> {
             drop(block);
             return;
         }
-        if self.kept.fetch_add(1, Ordering::Relaxed) >= KEEP_BLOCKS {
+        if self.kept.fetch_add(1, Ordering::Relaxed) >= Self::KEEP {
             self.kept.fetch_sub(1, Ordering::Relaxed);
             drop(block);
             return;
