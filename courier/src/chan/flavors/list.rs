@@ -67,8 +67,9 @@
 //! ones, and glibc's allocator serialises the two on the arena's lock: the sender's thread cache is
 //! always empty (it never frees) and the receiver's always full (it never allocates). A receiver
 //! that had fallen behind its sender slept on that lock and stayed behind. Measured (session
-//! 15, BENCHMARKS.md), one sender and one receiver of a million messages: 46 -> 26 ns a message
-//! in the machine's fast mode, 62 -> 39 ns in its slow mode (std's channel 30 and 61).
+//! 15, BENCHMARKS.md: `chan --full --case spsc_unbounded`, one sender and one receiver of a
+//! million messages): 50 -> 26 ns a message in the machine's fast mode, 62 -> 40-42 ns in its
+//! slow mode (std's channel 30-34 and 61-62).
 //!
 //! With several `Sender`s blocks are freed as before: their allocations spread over as many
 //! arenas, and reuse measured worse there in the slow mode (a reused block is the one a receiver
