@@ -289,6 +289,68 @@ fn dropping_a_channel_drops_queued_messages_once() {
     assert_eq!(drops.load(Ordering::SeqCst), 2);
 }
 
+/// A message whose drop counts, and panics if told to.
+struct Bomb {
+    drops: Arc<AtomicUsize>,
+    explodes: bool,
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+        if self.explodes {
+            panic!("a message's drop panics (on purpose)");
+        }
+    }
+}
+
+#[test]
+fn a_message_whose_drop_panics_does_not_keep_the_others_from_being_dropped() {
+    let bombs = |drops: &Arc<AtomicUsize>, tx: &Sender<Bomb>, n: usize| {
+        for i in 0..n {
+            let explodes = i == n / 2;
+            tx.send(Bomb {
+                drops: drops.clone(),
+                explodes,
+            })
+            .unwrap();
+        }
+    };
+    // The last handle drops the channel, and the panic surfaces there.
+    for (name, (tx, rx)) in buffered::<Bomb>() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let n = tx.capacity().unwrap_or(70).min(70);
+        bombs(&drops, &tx, n);
+        drop(tx);
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rx)));
+        assert!(dropped.is_err(), "{name}: the panic reaches the caller");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            n,
+            "{name}: every message dropped once"
+        );
+    }
+    // Unbounded, receivers first: the last receiver drops the messages while a sender is alive
+    // (three blocks' worth), and the channel stays usable.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = chan::unbounded();
+    bombs(&drops, &tx, 70);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rx)));
+    assert!(dropped.is_err());
+    assert_eq!(drops.load(Ordering::SeqCst), 70);
+    let back = tx
+        .send(Bomb {
+            drops: drops.clone(),
+            explodes: false,
+        })
+        .unwrap_err()
+        .into_inner();
+    drop(back);
+    assert!(tx.is_empty());
+    drop(tx);
+    assert_eq!(drops.load(Ordering::SeqCst), 71);
+}
+
 #[test]
 fn iterators() {
     let (tx, rx) = chan::unbounded();

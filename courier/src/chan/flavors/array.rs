@@ -778,14 +778,42 @@ impl<T> Drop for Channel<T> {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
         let hix = head & (self.mark_bit - 1);
-        for i in 0..self.len_between(head, tail) {
-            let index = (hix + i) % self.cap;
-            self.buffer[index].msg.with_mut(|p| {
-                // SAFETY: the slots from `head` to `tail` hold initialised messages, each
-                // dropped once here and never read again.
-                unsafe { (*p).assume_init_drop() }
-            });
+        let len = self.len_between(head, tail);
+
+        /// The messages not dropped yet: slots `hix + done .. hix + len` (mod `cap`). On unwind
+        /// (a message's `Drop` panicked) it drops the rest, as a `Vec` does; a second panic
+        /// aborts.
+        struct Rest<'a, T> {
+            buffer: &'a [Slot<T>],
+            hix: usize,
+            done: usize,
+            len: usize,
         }
+        impl<T> Rest<'_, T> {
+            fn drop_all(&mut self) {
+                while self.done < self.len {
+                    let index = (self.hix + self.done) % self.buffer.len();
+                    self.done += 1;
+                    self.buffer[index].msg.with_mut(|p| {
+                        // SAFETY: the slots from `head` to `tail` hold initialised messages;
+                        // `done` passed this one first, so it is dropped once.
+                        unsafe { (*p).assume_init_drop() }
+                    });
+                }
+            }
+        }
+        impl<T> Drop for Rest<'_, T> {
+            fn drop(&mut self) {
+                self.drop_all();
+            }
+        }
+        let mut rest = Rest {
+            buffer: &self.buffer,
+            hix,
+            done: 0,
+            len,
+        };
+        rest.drop_all();
     }
 }
 

@@ -1026,7 +1026,27 @@ impl<T> Channel<T> {
     /// Drops every message. Called by the last receiver after marking: no receiver runs
     /// concurrently, and no sender claims a position any more (the mark stops them), but
     /// senders that claimed before the mark may still be writing.
+    ///
+    /// Also the channel's `Drop` (where nothing waits any more).
+    ///
+    /// A message whose `Drop` panics does not stop the others from being dropped (as with a
+    /// `Vec`; a second panic aborts): `head` is kept current, each message is moved out of its
+    /// slot and `head` passes it before it is dropped, and a guard finishes the walk from there.
     fn discard_all_messages(&self) {
+        /// On unwind, drops the messages after the one that panicked.
+        struct Finish<'a, T>(&'a Channel<T>);
+        impl<T> Drop for Finish<'_, T> {
+            fn drop(&mut self) {
+                self.0.discard_from_head();
+            }
+        }
+        let finish = Finish(self);
+        self.discard_from_head();
+        std::mem::forget(finish);
+    }
+
+    /// [`discard_all_messages`](Self::discard_all_messages) from the current `head`.
+    fn discard_from_head(&self) {
         let mut backoff = Backoff::new();
         let mut tail = self.tail.index.load(Ordering::Acquire);
         while (tail >> SHIFT) % LAP == BLOCK_CAP {
@@ -1035,12 +1055,12 @@ impl<T> Channel<T> {
             tail = self.tail.index.load(Ordering::Acquire);
         }
         let mut head = self.head.index.load(Ordering::Acquire);
-        let mut block = self.head.block.swap(ptr::null_mut(), Ordering::AcqRel);
+        let mut block = self.head.block.load(Ordering::Acquire);
         if !at_or_past(head, tail) {
             // There are messages, so the first block exists or is being installed.
             while block.is_null() {
                 backoff.snooze(true);
-                block = self.head.block.swap(ptr::null_mut(), Ordering::AcqRel);
+                block = self.head.block.load(Ordering::Acquire);
             }
         }
         if !block.is_null() {
@@ -1063,21 +1083,27 @@ impl<T> Channel<T> {
         }
         while !at_or_past(head, tail) {
             let offset = (head >> SHIFT) % LAP;
+            head = head.wrapping_add(1 << SHIFT);
             if offset < BLOCK_CAP {
-                // SAFETY: `block` is the live block holding position `head`.
+                // SAFETY: `block` is the live block holding the position.
                 let slot = unsafe { &(*block).slots[offset] };
                 slot.wait_write();
-                // SAFETY: written (WRITE seen), never read: drop it once.
-                slot.msg.with_mut(|p| unsafe { (*p).assume_init_drop() });
+                // SAFETY: written (WRITE seen) and never read: moved out once, and `head`
+                // passes it before the message is dropped.
+                let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
+                self.head.index.store(head, Ordering::Relaxed);
+                drop(msg);
             } else {
-                // SAFETY: every slot of `block` was dropped above; move on and free it.
+                // SAFETY: every message of `block` was taken above; move on and free it.
                 let next = unsafe { (*block).wait_next() };
+                self.head.block.store(next, Ordering::Relaxed);
+                self.head.index.store(head, Ordering::Relaxed);
                 // SAFETY: as above; no one else references the block.
                 drop(unsafe { Box::from_raw(block) });
                 block = next;
             }
-            head = head.wrapping_add(1 << SHIFT);
         }
+        self.head.block.store(ptr::null_mut(), Ordering::Relaxed);
         if !block.is_null() {
             // SAFETY: the last (partially used) block; nothing references it any more.
             drop(unsafe { Box::from_raw(block) });
@@ -1099,35 +1125,8 @@ impl<T> Channel<T> {
 
 impl<T> Drop for Channel<T> {
     fn drop(&mut self) {
-        // Exclusive access: drop what is left, free the blocks.
-        let mut head = self.head.index.load(Ordering::Relaxed) & !HAS_NEXT;
-        let tail = self.tail.index.load(Ordering::Relaxed) & !MARK_BIT;
-        let mut block = self.head.block.load(Ordering::Relaxed);
-        // Past `tail`: receivers claimed ahead and gave up; nothing there to drop.
-        while !at_or_past(head, tail) {
-            let offset = (head >> SHIFT) % LAP;
-            if offset < BLOCK_CAP {
-                // SAFETY: positions in `head..tail` hold written, unread messages (every
-                // sender finished: we are the last handle).
-                unsafe {
-                    (*block).slots[offset]
-                        .msg
-                        .with_mut(|p| (*p).assume_init_drop())
-                };
-            } else {
-                // SAFETY: the block is exhausted; its successor is linked (its last slot's
-                // sender linked it before finishing).
-                let next = unsafe { (*block).next.load(Ordering::Relaxed) };
-                // SAFETY: no one references the block any more.
-                drop(unsafe { Box::from_raw(block) });
-                block = next;
-            }
-            head = head.wrapping_add(1 << SHIFT);
-        }
-        if !block.is_null() {
-            // SAFETY: the last block; no one references it any more.
-            drop(unsafe { Box::from_raw(block) });
-        }
+        // Exclusive access: every sender has finished, so nothing below waits.
+        self.discard_all_messages();
     }
 }
 
