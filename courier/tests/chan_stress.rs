@@ -375,3 +375,97 @@ fn blocking_through_the_park_seam() {
         assert!(parks.load(Ordering::Relaxed) > 0);
     });
 }
+
+std::thread_local! {
+    /// The task a `Meddler` belongs to (a `TaskContext` is not `Sync`: it stays on its thread).
+    static MEDDLING_TASK: std::cell::RefCell<Option<std::rc::Rc<TaskContext>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A scheduler that, while its task sleeps, runs a channel operation of its own through that
+/// same task (a receive that times out on a channel no one sends on).
+struct Meddler(thread::Thread, Receiver<u64>);
+
+impl chan::Park for Meddler {
+    fn park(&self, deadline: Option<std::time::Instant>) {
+        if let Some(task) = MEDDLING_TASK.with(|t| t.borrow().clone()) {
+            let _ = task.run(|| self.1.recv_timeout(Duration::from_micros(50)));
+        }
+        match deadline {
+            Some(d) => thread::park_timeout(d.saturating_duration_since(std::time::Instant::now())),
+            None => thread::park(),
+        }
+    }
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+    fn may_spin(&self) -> bool {
+        false
+    }
+}
+
+/// An operation run from inside `Park::park` on the waiting task's own context must not
+/// disturb the waiting operation (it used to reset its claim word: a lost hand-off, a hang).
+#[test]
+fn an_operation_run_by_park_leaves_the_waiting_one_alone() {
+    with_watchdog("park_reentry", Duration::from_secs(60), || {
+        let (tx, rx) = chan::bounded::<u64>(0);
+        let (_quiet_tx, quiet_rx) = chan::bounded::<u64>(0);
+        let n = if cfg!(miri) { 10 } else { 500 };
+        let t = thread::spawn(move || {
+            let task = std::rc::Rc::new(TaskContext::new(Meddler(thread::current(), quiet_rx)));
+            MEDDLING_TASK.with(|t| *t.borrow_mut() = Some(task.clone()));
+            let sum: u64 = task.run(|| rx.iter().sum());
+            MEDDLING_TASK.with(|t| *t.borrow_mut() = None);
+            sum
+        });
+        for i in 0..n {
+            tx.send(i).unwrap();
+        }
+        drop(tx);
+        assert_eq!(t.join().unwrap(), n * (n - 1) / 2);
+    });
+}
+
+/// A scheduler whose `park` panics.
+struct PanickingPark;
+
+impl chan::Park for PanickingPark {
+    fn park(&self, _deadline: Option<std::time::Instant>) {
+        panic!("a scheduler bug (on purpose)");
+    }
+    fn unpark(&self) {}
+    fn may_spin(&self) -> bool {
+        false
+    }
+}
+
+/// A `park` that panics aborts the process instead of unwinding past the operation, whose
+/// registered state (here a sender's message, on its stack) a receiver would then read.
+#[test]
+fn a_panicking_park_aborts_the_process() {
+    const CHILD: &str = "COURIER_TEST_PANICKING_PARK";
+    if std::env::var_os(CHILD).is_some() {
+        let (tx, _rx) = chan::bounded::<u64>(0);
+        let task = TaskContext::new(PanickingPark);
+        // Blocks (no receiver), so it parks, and the park panics.
+        let _ = task.run(|| tx.send(1));
+        unreachable!("the park above panicked");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_panicking_park_aborts_the_process",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a `Park` implementation panicked"),
+        "{stderr}"
+    );
+}

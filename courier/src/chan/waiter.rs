@@ -64,6 +64,12 @@ use crate::sync::{thread, Arc, Mutex};
 /// - `park` may return spuriously (the channel re-checks its state and parks again), and must
 ///   return at or soon after `deadline` when one is given;
 /// - `park` is only called by the task the parker belongs to, while it runs.
+///
+/// A panic out of any of these methods aborts the process (with a message on stderr): while a
+/// task parks, peers may still write the operation state it keeps on its stack, which
+/// unwinding would free under them. A channel operation that a `park` runs itself (a scheduler
+/// that receives on a channel while its task sleeps) gets a context of its own (the thread's),
+/// not the sleeping task's.
 pub trait Park: Send + Sync + 'static {
     /// Suspends the calling task until [`unpark`](Park::unpark) (or `deadline`, or spuriously).
     fn park(&self, deadline: Option<Instant>);
@@ -106,7 +112,7 @@ impl Parker {
                     }
                 }
             },
-            Parker::Task(task) => task.park(deadline),
+            Parker::Task(task) => no_unwind(|| task.park(deadline)),
         }
     }
 
@@ -114,7 +120,7 @@ impl Parker {
     fn unpark(&self) {
         match self {
             Parker::Thread(thread) => thread.unpark(),
-            Parker::Task(task) => task.unpark(),
+            Parker::Task(task) => no_unwind(|| task.unpark()),
         }
     }
 
@@ -122,9 +128,29 @@ impl Parker {
     fn may_yield_thread(&self) -> bool {
         match self {
             Parker::Thread(_) => true,
-            Parker::Task(task) => task.may_yield_thread(),
+            Parker::Task(task) => no_unwind(|| task.may_yield_thread()),
         }
     }
+}
+
+/// Runs a [`Park`] method, aborting the process if it unwinds (see [`Park`]).
+#[inline]
+fn no_unwind<R>(f: impl FnOnce() -> R) -> R {
+    struct Abort;
+    impl Drop for Abort {
+        #[cold]
+        fn drop(&mut self) {
+            eprintln!(
+                "courier::chan: a `Park` implementation panicked while a channel operation \
+                 waited on it; aborting (the operation's state is on the stack being unwound)"
+            );
+            std::process::abort();
+        }
+    }
+    let abort = Abort;
+    let out = f();
+    std::mem::forget(abort);
+    out
 }
 
 // ===== Selected, Operation =====
@@ -206,6 +232,10 @@ struct Inner {
     /// Who this is, to keep a task from matching its own entries (a select that both sends and
     /// receives on one rendezvous channel).
     task_id: usize,
+    /// A task's context: an operation of the task is under way. Only the thread running the
+    /// task touches it (a `TaskContext` is not `Sync`), so it is not a synchronisation point.
+    #[cfg_attr(loom, allow(dead_code))] // read by `with`, left out of loom builds
+    busy: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Context {
@@ -225,6 +255,7 @@ impl Context {
                 packet: AtomicPtr::new(std::ptr::null_mut()),
                 parker,
                 task_id,
+                busy: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -260,8 +291,24 @@ impl Context {
             // long as the pointer stays installed, and restores the previous value (even on
             // unwind) before that borrow ends; so a non-null pointer is live here.
             let cx = unsafe { &*task };
-            cx.reset();
-            return f(cx);
+            // An operation that a `Park` method runs while the task waits (the scheduler's
+            // own) must not reset the waiting operation's claim word: it takes the thread's
+            // context below.
+            if !cx.inner.busy.load(std::sync::atomic::Ordering::Relaxed) {
+                /// Marks the task idle again when its operation ends, on unwind too.
+                struct Idle<'a>(&'a Context);
+                impl Drop for Idle<'_> {
+                    fn drop(&mut self) {
+                        (self.0.inner.busy).store(false, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                cx.inner
+                    .busy
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                let _idle = Idle(cx);
+                cx.reset();
+                return f(cx);
+            }
         }
         let mut f = Some(f);
         let mut run = |cx: &Context| {
@@ -379,7 +426,7 @@ impl Context {
     fn may_spin(&self) -> bool {
         match &self.inner.parker {
             Parker::Thread(_) => true,
-            Parker::Task(task) => task.may_spin(),
+            Parker::Task(task) => no_unwind(|| task.may_spin()),
         }
     }
 
@@ -513,9 +560,20 @@ pub(crate) fn current_task_id() -> usize {
 /// assert_eq!(task.run(|| rx.recv()), Ok(7));
 /// t.join().unwrap();
 /// ```
+///
+/// A `TaskContext` is `Send` (a task may move between threads) but not `Sync`: one task runs on
+/// one thread at a time.
+///
+/// ```compile_fail
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<courier::chan::TaskContext>();
+/// ```
 pub struct TaskContext {
     #[cfg_attr(loom, allow(dead_code))] // `run` installs it, left out of loom builds
     cx: Context,
+    /// Not `Sync`: one task runs on one thread at a time, and two threads running it at once
+    /// would share one claim word between two operations.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -529,6 +587,7 @@ impl TaskContext {
     pub fn new(parker: impl Park) -> TaskContext {
         TaskContext {
             cx: Context::new(Parker::Task(Box::new(parker)), next_task_id()),
+            _not_sync: std::marker::PhantomData,
         }
     }
 
