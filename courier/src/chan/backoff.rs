@@ -135,10 +135,13 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
 /// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
 /// a fiber is a switch to its scheduler.
+///
+/// A thread stops polling at `deadline` if that comes first (the short spins do not look).
 #[inline]
 pub(crate) fn spin_then_yield<R>(
     may_spin: bool,
     may_yield_thread: bool,
+    deadline: Option<std::time::Instant>,
     mut attempt: impl FnMut() -> Option<R>,
 ) -> Option<R> {
     if cfg!(loom) {
@@ -146,13 +149,14 @@ pub(crate) fn spin_then_yield<R>(
         return attempt();
     }
     if may_yield_thread {
-        let start = std::time::Instant::now();
+        let give_up = std::time::Instant::now() + YIELD_FOR;
+        let give_up = deadline.map_or(give_up, |d| d.min(give_up));
         loop {
             sync::thread::yield_now();
             if let Some(r) = attempt() {
                 return Some(r);
             }
-            if start.elapsed() >= YIELD_FOR {
+            if std::time::Instant::now() >= give_up {
                 return None;
             }
         }

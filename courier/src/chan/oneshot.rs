@@ -161,7 +161,7 @@ impl<T> Receiver<T> {
                 Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
                 Err(TryRecvError::Empty) => None,
             };
-            if let Some(done) = attempt().or_else(|| self.inner.receiver.poll(attempt)) {
+            if let Some(done) = attempt().or_else(|| self.inner.receiver.poll(deadline, attempt)) {
                 return done;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -396,10 +396,11 @@ impl Context {
     /// `false`.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
         if spin {
-            let claimed = spin_then_yield(self.may_spin(), self.may_yield_thread(), || {
-                let sel = self.selected();
-                (sel != Selected::Waiting).then_some(sel)
-            });
+            let claimed =
+                spin_then_yield(self.may_spin(), self.may_yield_thread(), deadline, || {
+                    let sel = self.selected();
+                    (sel != Selected::Waiting).then_some(sel)
+                });
             if let Some(sel) = claimed {
                 return sel;
             }
@@ -735,6 +736,10 @@ impl WaitList {
 pub(crate) struct SyncWaitList<P: PollerCell = CachePadded<Pollers>> {
     list: Mutex<WaitList>,
     is_empty: AtomicBool,
+    /// The other side has disconnected: for waiters that poll something else than the
+    /// channel's state (the unbounded flavor's receivers that claimed ahead). Beside
+    /// `is_empty`, on a line peers read and rarely write.
+    disconnected: AtomicBool,
     /// What this side's polling waiters share (the spin estimate). A channel keeps it on a line
     /// of its own: waiters write it as they learn, while every peer's fast path reads
     /// `is_empty`.
@@ -777,15 +782,20 @@ impl<P: PollerCell> SyncWaitList<P> {
         SyncWaitList {
             list: Mutex::new(WaitList::new()),
             is_empty: AtomicBool::new(true),
+            disconnected: AtomicBool::new(false),
             pollers: P::new(),
         }
     }
 
     /// Retries `attempt` while the caller polls before it parks (`backoff::spin_then_yield`):
-    /// `None` if the poll ran out.
+    /// `None` if the poll ran out (or `deadline` passed).
     #[inline]
-    pub(crate) fn poll<R>(&self, attempt: impl FnMut() -> Option<R>) -> Option<R> {
-        spin_then_yield(current_may_spin(), current_may_yield(), attempt)
+    pub(crate) fn poll<R>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
+        spin_then_yield(current_may_spin(), current_may_yield(), deadline, attempt)
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
@@ -803,10 +813,11 @@ impl<P: PollerCell> SyncWaitList<P> {
     #[inline]
     pub(crate) fn poll_spinning_first<R>(
         &self,
+        deadline: Option<Instant>,
         mut attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
         self.spin(&mut attempt)
-            .or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), attempt))
+            .or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), deadline, attempt))
     }
 
     /// A thread spins on `attempt` for as long as spinning has been paying on this side
@@ -836,9 +847,13 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// their noise (session 9, BENCHMARKS.md). Capacity one polls longer, registered: there the
     /// sender waits for the receiver as much as the other way round.
     #[inline]
-    pub(crate) fn poll_briefly<R>(&self, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
+    pub(crate) fn poll_briefly<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut attempt: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
         if cfg!(loom) || !current_may_yield() {
-            return spin_then_yield(current_may_spin(), false, attempt);
+            return spin_then_yield(current_may_spin(), false, deadline, attempt);
         }
         let mut backoff = Backoff::new();
         loop {
@@ -846,7 +861,7 @@ impl<P: PollerCell> SyncWaitList<P> {
             if let Some(r) = attempt() {
                 return Some(r);
             }
-            if backoff.is_completed() {
+            if backoff.is_completed() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
             }
         }
@@ -980,6 +995,9 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// marked the channel disconnected with an RMW before, and a task that registers after this
     /// lock sees the mark in its re-check.
     pub(crate) fn disconnect(&self) {
+        // SYNC POINT: partner: the Acquire load in `is_disconnected` (after the channel's own
+        // disconnect mark, which this makes visible to that reader).
+        self.disconnected.store(true, Ordering::Release);
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let woken = list.disconnect();
         self.is_empty.store(list.is_empty(), Ordering::SeqCst);
@@ -987,6 +1005,13 @@ impl<P: PollerCell> SyncWaitList<P> {
         for cx in woken {
             cx.unpark();
         }
+    }
+
+    /// Has [`disconnect`](Self::disconnect) been called? (A read of a line peers rarely write.)
+    #[inline]
+    pub(crate) fn is_disconnected(&self) -> bool {
+        // SYNC POINT: partner: the Release store in `disconnect`.
+        self.disconnected.load(Ordering::Acquire)
     }
 }
 

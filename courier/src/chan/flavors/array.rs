@@ -528,7 +528,9 @@ impl<T> Channel<T> {
                 if poll_claim {
                     self.senders.spin(&mut attempt).is_some()
                 } else {
-                    self.senders.poll_spinning_first(attempt).is_some()
+                    self.senders
+                        .poll_spinning_first(deadline, attempt)
+                        .is_some()
                 }
             };
             if ready {
@@ -624,7 +626,7 @@ impl<T> Channel<T> {
                 if self.cap == 1 {
                     self.receivers.spin(&mut attempt).is_some()
                 } else {
-                    self.receivers.poll_briefly(attempt).is_some()
+                    self.receivers.poll_briefly(deadline, attempt).is_some()
                 }
             };
             if ready {

@@ -833,17 +833,24 @@ impl<T> Channel<T> {
     }
 
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // No time to wait: a position claimed ahead would only be given up again.
+            return self.try_recv().map_err(|e| match e {
+                TryRecvError::Empty => RecvTimeoutError::Timeout,
+                TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            });
+        }
         let token = &mut ListToken::default();
         loop {
             let ready = if let Some(position) = self.claim_ahead(token) {
                 // Given up: the position is abandoned; `tail` tells empty from disconnected.
-                self.wait_claimed(token, position) || self.reserve_recv(token)
+                self.wait_claimed(token, position, deadline) || self.reserve_recv(token)
             } else {
                 // Fast path, then a spin while a sender is about to deliver.
                 self.reserve_recv(token)
                     || self
                         .receivers
-                        .poll_spinning_first(|| self.reserve_recv(token).then_some(()))
+                        .poll_spinning_first(deadline, || self.reserve_recv(token).then_some(()))
                         .is_some()
             };
             if ready {
@@ -897,9 +904,10 @@ impl<T> Channel<T> {
     }
 
     /// Waits for the message at `position`, claimed ahead into `token`, spinning and polling as
-    /// a receiver of an empty channel does. `false`: the wait ran out and no sender had claimed
-    /// the position: it is given up for good.
-    fn wait_claimed(&self, token: &ListToken, position: usize) -> bool {
+    /// a receiver of an empty channel does, until `deadline` at the latest, or until the
+    /// senders disconnect. `false`: the wait ended and no sender had claimed the position: it is
+    /// given up for good.
+    fn wait_claimed(&self, token: &ListToken, position: usize, deadline: Option<Instant>) -> bool {
         // SAFETY: the block is live until our slot is finished, which is up to us.
         let slot = unsafe { &(*(token.block as *const Block<T>)).slots[token.offset] };
         // SYNC POINT: partner: the sender's Release store of WRITE; `read_reserved` reads the
@@ -908,11 +916,13 @@ impl<T> Channel<T> {
         if written() {
             return true;
         }
-        if self
+        // The senders' disconnect mark is on `tail`, which this wait stays off: the wait list
+        // keeps a copy on a line senders do not write.
+        let senders_gone = || self.receivers.is_disconnected();
+        let _ = self
             .receivers
-            .poll_spinning_first(|| written().then_some(()))
-            .is_some()
-        {
+            .poll_spinning_first(deadline, || (written() || senders_gone()).then_some(()));
+        if written() {
             return true;
         }
         // SYNC POINT: the receiver's half of the Dekker pair in `write_reserved` (module docs).
