@@ -109,7 +109,9 @@ const HAS_NEXT: usize = 1;
 
 /// Bytes of retired blocks a channel keeps for reuse (32 blocks of `usize` messages); beyond
 /// that a retired block is freed, so that a burst does not pin its memory for the channel's
-/// life, whatever the size of its messages.
+/// life. At least one block is kept whatever its size: a channel of messages over ~500 bytes
+/// keeps one block (31 messages' worth) while it has one `Sender`, which spares each block of
+/// large messages an allocation that glibc would serve with `mmap` from 128 KiB up.
 const KEEP_BYTES: usize = 16 * 1024;
 
 /// Slot state bits. A slot is finished (its block may be freed) once it has `READ` (its
@@ -291,8 +293,8 @@ impl<T> Block<T> {
 struct FreeBlocks<T> {
     retired: AtomicPtr<Block<T>>,
     taken: AtomicPtr<Block<T>>,
-    /// Blocks pushed on `retired` since it was last emptied (an estimate: it and the stack are
-    /// not updated together, which only moves the [`KEEP_BYTES`] bound a little).
+    /// Blocks on both stacks (an estimate: it and the stacks are not updated together, which
+    /// only moves the [`KEEP_BYTES`] bound by a block or two).
     kept: AtomicUsize,
     /// Blocks are reused: the channel has one `Sender` (see "Block reuse").
     reuse: AtomicBool,
@@ -362,11 +364,11 @@ impl<T> FreeBlocks<T> {
         if list.is_null() && !self.retired.load(Ordering::Relaxed).is_null() {
             // SYNC POINT: partner: the Release CAS in `retire`.
             list = self.retired.swap(ptr::null_mut(), Ordering::Acquire);
-            self.kept.store(0, Ordering::Relaxed);
         }
         if list.is_null() {
             return Block::new();
         }
+        self.kept.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the swap gave us the whole stack; its blocks are retired ones from
         // `Box::into_raw`, which no one else references.
         let mut block = unsafe { Box::from_raw(list) };
@@ -380,24 +382,28 @@ impl<T> FreeBlocks<T> {
             {
                 // Another sender left blocks there meanwhile (senders raced): free ours.
                 // SAFETY: `rest` is the rest of the stack we took, ours alone.
-                unsafe { Self::free_list(rest) };
+                let freed = unsafe { Self::free_list(rest) };
+                self.kept.fetch_sub(freed, Ordering::Relaxed);
             }
         }
         block.reset();
         block
     }
 
-    /// Frees a stack of blocks.
+    /// Frees a stack of blocks; returns how many.
     ///
     /// # Safety
     /// The caller must own every block of the stack (taken with a swap, or at `Drop`).
     #[cold]
-    unsafe fn free_list(mut list: *mut Block<T>) {
+    unsafe fn free_list(mut list: *mut Block<T>) -> usize {
+        let mut freed = 0;
         while !list.is_null() {
             // SAFETY: owned, from `Box::into_raw`, by the caller's contract.
             let block = unsafe { Box::from_raw(list) };
             list = block.next.load(Ordering::Relaxed);
+            freed += 1;
         }
+        freed
     }
 }
 
@@ -1145,3 +1151,39 @@ impl<T> Drop for Channel<T> {
 unsafe impl<T: Send> Send for Channel<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Channel<T> {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Blocks on one of `FreeBlocks`'s stacks.
+    fn stack_len<T>(stack: &AtomicPtr<Block<T>>) -> usize {
+        let mut n = 0;
+        let mut block = stack.load(Ordering::Acquire);
+        while !block.is_null() {
+            n += 1;
+            // SAFETY: the test's single thread owns the channel; kept blocks stay allocated
+            // until taken or freed, neither of which runs during this walk.
+            block = unsafe { (*block).next.load(Ordering::Acquire) };
+        }
+        n
+    }
+
+    #[test]
+    fn the_blocks_kept_for_reuse_stay_within_the_cap() {
+        let chan = Channel::<u64>::new();
+        let send = |n: usize| (0..n).for_each(|i| chan.send(i as u64, None).unwrap());
+        let recv = |n: usize| (0..n).for_each(|_| assert!(chan.try_recv().is_ok()));
+        // 80 blocks queued; the first 40 retired (the cap's worth kept); one block sent, which
+        // takes the kept stack and leaves the rest aside; then the other 40 retired while those
+        // wait there.
+        send(80 * BLOCK_CAP);
+        recv(40 * BLOCK_CAP);
+        send(BLOCK_CAP);
+        recv(41 * BLOCK_CAP);
+        let kept = stack_len(&chan.free.retired) + stack_len(&chan.free.taken);
+        let cap = FreeBlocks::<u64>::KEEP;
+        assert!((1..=cap).contains(&kept), "{kept} blocks kept, cap {cap}");
+        assert_eq!(chan.free.kept.load(Ordering::Relaxed), kept);
+    }
+}
