@@ -922,12 +922,20 @@ impl<T> Channel<T> {
         if written() {
             return true;
         }
-        // The senders' disconnect mark is on `tail`, which this wait stays off: the wait list
-        // keeps a copy on a line senders do not write.
-        let senders_gone = || self.receivers.is_disconnected();
-        let _ = self
+        // Spin on the slot alone, then poll between yields until the message, the deadline or
+        // the senders' disconnection. The disconnect mark is on `tail`, which this wait stays
+        // off; the wait list keeps a copy, on a line that waiters write as they register, so
+        // only the polls between yields read it (reading it in the spin too measured the same
+        // within the noise: BENCHMARKS.md, session 16).
+        if self
             .receivers
-            .poll_spinning_first(deadline, || (written() || senders_gone()).then_some(()));
+            .spin(&mut || written().then_some(()))
+            .is_none()
+        {
+            let _ = self.receivers.poll(deadline, || {
+                (written() || self.receivers.is_disconnected()).then_some(())
+            });
+        }
         if written() {
             return true;
         }
