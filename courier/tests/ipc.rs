@@ -902,6 +902,35 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
 /// A peer that makes its own regions and plays every trick with their
 /// state word: each of its messages is read or refused on its own, and an
 /// honest sender to the same receiver keeps getting through.
+/// A region on hugetlbfs is refused: sealing it against shrinking does not stop its owner from
+/// punching holes, and a hole in the receiver's mapping can raise `SIGBUS`. (Skipped where the
+/// kernel makes no huge page memfds; without a huge page pool the mapping fails anyway, so
+/// only a machine with one tells the check from that.)
+#[test]
+fn a_region_on_hugetlbfs_is_refused() {
+    use rustix::fs::{self, MemfdFlags, SealFlags};
+    const HUGE: u64 = 2 << 20;
+    let _check = fd_check();
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING | MemfdFlags::HUGETLB;
+    let Ok(fd) = fs::memfd_create("huge", flags) else {
+        eprintln!("no hugetlbfs memfds here: skipped");
+        return;
+    };
+    fs::ftruncate(&fd, HUGE).unwrap();
+    fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    let (raw, rx) = raw_pair();
+    raw_send(&raw, &header(2, 1, 1000, 3, 7), &[]);
+    raw_send(&raw, &fd_packet(1, 7), &[fd.as_fd()]);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "hugetlbfs region"),
+        Some(WireError::BadRegion)
+    );
+    let mut inline_ok = header(0, 0, 3, 0, 0);
+    inline_ok.extend_from_slice(b"abc");
+    raw_send(&raw, &inline_ok, &[]);
+    assert_eq!(rx.recv().unwrap(), b"abc");
+}
+
 #[test]
 fn a_hostile_region_owner_cannot_spoil_the_receiver() {
     use rustix::fs::{self, MemfdFlags, SealFlags};
@@ -1215,6 +1244,41 @@ fn complete_messages_never_wait_behind_incomplete_ones() {
     assert_eq!(rx_a.recv().unwrap(), b"to a");
 }
 
+/// A message whose descriptors are already queued is not given up because its receiver came
+/// back late: only a socket read dry says the descriptors are missing (the give-up wait is 10 s).
+#[test]
+fn a_slow_receiver_still_gets_a_message_whose_descriptors_are_queued() {
+    let _check = fd_check();
+    let (raw, rx) = {
+        let (a, b) = net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        (a, IpcReceiver::<(u8, Option<IpcBytesSender>)>::from(b))
+    };
+    let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
+    let mut a = header(0, 1, 3, 0, 100);
+    a.extend_from_slice(&[1, 1, 0]); // (1u8, Some(channel index 0))
+    let mut b = header(0, 0, 2, 0, 0);
+    b.extend_from_slice(&[2, 0]); // (2u8, None)
+    raw_send(&raw, &a, &[]);
+    raw_send(&raw, &b, &[]);
+    assert!(
+        matches!(rx.recv().unwrap(), (2, None)),
+        "B first: A waits for its descriptor"
+    );
+    raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
+    // The receiver is busy with B for longer than a descriptor is waited for.
+    std::thread::sleep(Duration::from_millis(10_500));
+    let (n, sender) = rx.recv().unwrap();
+    assert_eq!(n, 1);
+    sender.unwrap().send(b"to a").unwrap();
+    assert_eq!(rx_a.recv().unwrap(), b"to a");
+}
+
 #[test]
 fn announced_descriptors_that_never_come_are_bounded() {
     let _check = fd_check();
@@ -1254,6 +1318,17 @@ fn empty_packets_are_not_the_end_of_the_stream() {
     raw_send(&raw, &inline_ok, &[]);
     assert_eq!(rx.recv().unwrap(), b"abc");
     drop(raw);
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+    // An empty packet, a message, and the peer gone: the message still arrives.
+    let (raw, rx) = raw_pair();
+    raw_send(&raw, &[], &[]);
+    raw_send(&raw, &inline_ok, &[]);
+    drop(raw);
+    assert_eq!(
+        expect_wire_error(rx.recv(), "empty, then gone"),
+        Some(WireError::BadHeader("empty packet"))
+    );
+    assert_eq!(rx.recv().unwrap(), b"abc");
     assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
 }
 

@@ -869,9 +869,6 @@ impl OsReceiver {
                 *dst = ready.data;
                 return self.finish(&mut state, ready.header, dst, ready.fds, split);
             }
-            if let Some(stale) = state.expire() {
-                return Err(stale.into());
-            }
             // Block in the kernel only when nothing waits for descriptors;
             // otherwise read without blocking (a descriptor packet normally
             // follows its message at once) and wait below, with a deadline.
@@ -886,6 +883,11 @@ impl OsReceiver {
                     return Err(WireError::Truncated.into());
                 }
                 Err(RecvError::Empty) => {
+                    // Only a socket read dry tells that a waiting message's descriptors are
+                    // late: a receiver that comes back after a long while may find them queued.
+                    if let Some(stale) = state.expire() {
+                        return Err(stale.into());
+                    }
                     let deadline = match wait {
                         Wait::Poll => return Err(RecvError::Empty),
                         Wait::Until(deadline) => deadline,
@@ -1294,8 +1296,8 @@ impl OsReceiver {
         Ok(packet)
     }
 
-    /// A read of zero bytes: the end of the stream if the peer is gone, else
-    /// an empty packet (courier never sends one).
+    /// A read of zero bytes: the end of the stream if the peer is gone and
+    /// nothing is queued, else an empty packet (courier never sends one).
     #[cold]
     fn empty_packet(&self) -> RecvError {
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN | PollFlags::RDHUP)];
@@ -1311,7 +1313,14 @@ impl OsReceiver {
                 .intersects(PollFlags::HUP | PollFlags::RDHUP),
             Err(_) => true,
         };
-        match hung_up {
+        // A peer may send an empty packet and then more before it leaves: the
+        // stream ends only where nothing non-empty is queued behind. (A run of
+        // empty packets at the end still reads as the end.)
+        let more = || {
+            let mut next = [MaybeUninit::<u8>::uninit(); 1];
+            matches!(socket::peek(self.fd(), &mut next), Ok(n) if n > 0)
+        };
+        match hung_up && !more() {
             true => RecvError::Disconnected,
             false => WireError::BadHeader("empty packet").into(),
         }
@@ -1441,7 +1450,9 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
                 }
                 continue;
             }
-            Err(e) => return Err(e.into()),
+            // The carrier failed (a peer may pass any socket as one, even one that resets):
+            // the message cannot be completed, but the channel itself is not disconnected.
+            Err(_) => return Err(WireError::Truncated.into()),
         };
         if packet.len == 0 || packet.truncated || packet.len > want {
             // The stream ended early, or overran the total.

@@ -659,8 +659,16 @@ impl MapCache {
         split: Option<Split<'_>>,
     ) -> Result<bool, WireError> {
         let extent = span.extent()?;
-        // Which region (`st_dev`, `st_ino`), and a first look at its size;
-        // trusted only for a region mapped before, sealed by then.
+        // Seals first, then the size: a region sealed against shrinking can
+        // no longer get shorter than what we map (a size read before the
+        // seals could be stale, and mapping past the end raises `SIGBUS`).
+        // Asking for seals also fails at once for anything but shared memory,
+        // before `fstat` could wait on, say, a FUSE daemon.
+        let seals = fs::fcntl_get_seals(&fd).map_err(|_| WireError::BadRegion)?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(WireError::BadRegion);
+        }
+        // Which region (`st_dev`, `st_ino`), and its size.
         let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < extent {
@@ -684,18 +692,7 @@ impl MapCache {
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
         }
-        // Seals first, then the size: a region sealed against shrinking can
-        // no longer get shorter than what we map (a size read before the
-        // seals could be stale, and mapping past the end raises `SIGBUS`).
-        let seals = fs::fcntl_get_seals(&fd).map_err(|_| WireError::BadRegion)?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err(WireError::BadRegion);
-        }
-        let size = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?.st_size;
-        let size = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
-        if size < REGION_HEADER || size - REGION_HEADER < extent {
-            return Err(WireError::BadRegion);
-        }
+        not_hugetlbfs(fd.as_fd())?;
         let len = if size <= MAP_WHOLE { size } else { need };
         let map = Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
         if self.entries.len() >= CACHED_MAPPINGS {
@@ -820,6 +817,7 @@ impl MapCache {
         }
         // Seals before size, as in `copy_out`.
         let seals = fs::fcntl_get_seals(&region.fd).map_err(|_| WireError::BadRegion)?;
+        not_hugetlbfs(region.fd.as_fd())?;
         let stat = fs::fstat(&region.fd).map_err(|_| WireError::BadRegion)?;
         let size = u64::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
         let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
@@ -841,6 +839,23 @@ impl MapCache {
         });
         Ok(())
     }
+}
+
+/// Refuses a region on hugetlbfs. Seals against shrinking do not stop its
+/// owner from punching holes in it (`FALLOC_FL_PUNCH_HOLE`; on hugetlbfs only
+/// a write seal does), and touching a hole in our mapping raises `SIGBUS`
+/// once the huge page pool is empty. Only shared memory and hugetlbfs take
+/// seals, so a sealed region that passes is shared memory, where a punched
+/// hole reads back as zeros.
+fn not_hugetlbfs(fd: BorrowedFd<'_>) -> Result<(), WireError> {
+    let fs = fs::fstatfs(fd).map_err(|_| WireError::BadRegion)?;
+    // `f_type`'s integer type differs between targets.
+    #[allow(clippy::unnecessary_cast)]
+    let on_hugetlbfs = fs.f_type as i64 == libc::HUGETLBFS_MAGIC as i64;
+    if on_hugetlbfs {
+        return Err(WireError::BadRegion);
+    }
+    Ok(())
 }
 
 /// Where a message's payload lies in its region, and how it is written.
