@@ -1575,3 +1575,35 @@ fn typed_receiver_rejects_bad_channel_indices() {
 fn rx_fd<T>(rx: IpcReceiver<T>) -> OwnedFd {
     rx.as_fd().try_clone_to_owned().unwrap()
 }
+
+/// A field whose `Deserialize` panics (on purpose).
+#[derive(Debug)]
+struct PanicsOnRead;
+
+impl Serialize for PanicsOnRead {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PanicsOnRead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u8::deserialize(d)?;
+        panic!("a Deserialize impl panics (on purpose)");
+    }
+}
+
+/// A `Deserialize` impl that panics before the channel ends after it are read: their
+/// descriptors are closed, not kept in the thread's table, and the channel goes on.
+#[test]
+fn a_panicking_deserialize_leaks_no_descriptor() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<(PanicsOnRead, IpcBytesSender)>().unwrap();
+    let (carried, _carried_rx) = ipc::bytes_channel().unwrap();
+    tx.send((PanicsOnRead, carried)).unwrap();
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rx.recv()));
+    assert!(read.is_err(), "the panic reaches the caller");
+    let (tx2, rx2) = ipc::channel::<u8>().unwrap();
+    tx2.send(7).unwrap();
+    assert_eq!(rx2.recv().unwrap(), 7);
+}

@@ -191,10 +191,13 @@ fn walk<T: Serialize + ?Sized, R>(
         fds: &fds,
         sent: None,
     };
-    bytes_seq::serialize_with_flavor(value, &mut replay)?;
+    let walked = bytes_seq::serialize_with_flavor(value, &mut replay);
+    // Sent before a later part of the walk failed: the message is out, and
+    // reporting the failure would invite a retry that sends it twice.
     if let Some(sent) = replay.sent {
         return Ok(sent);
     }
+    walked?;
     let send = replay.send.take().expect("not sent, so not taken");
     // The second walk differed from the first: a third one writes it all.
     OUTGOING.with(|o| {
@@ -342,16 +345,23 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     } else {
         Some(fds.into_iter().map(Some).collect())
     };
-    let outer = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table));
+    /// Puts the outer table back when the message is read, or when a
+    /// `Deserialize` impl panics: dropping what it takes out closes every
+    /// descriptor no channel end claimed.
+    struct Restore(Option<Vec<Option<OwnedFd>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            let _ = INCOMING.try_with(|i| drop(std::mem::replace(&mut *i.borrow_mut(), outer)));
+        }
+    }
+    let _restore = Restore(INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table)));
     // Every message goes through the adapter, even one too short to hold a
     // byte string worth splitting off: it is what reads a `Vec<u8>` field as
     // one byte string (`bytes_seq`), which pays from a few dozen bytes. A
     // message with no byte sequence pays ~50 instructions for it (callgrind,
     // a 5-field struct).
-    let result = split::deserialize(parts, seen);
-    let unclaimed = INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), outer));
-    drop(unclaimed); // closes every descriptor no channel end claimed
-    result
+    split::deserialize(parts, seen)
 }
 
 /// Writes a channel end as the index of its descriptor in the outgoing table.
