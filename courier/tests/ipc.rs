@@ -1607,3 +1607,25 @@ fn a_panicking_deserialize_leaks_no_descriptor() {
     tx2.send(7).unwrap();
     assert_eq!(rx2.recv().unwrap(), 7);
 }
+
+/// A receiver dropped while it holds regions lets go of them: one rebuilt from a duplicate of
+/// its socket gets the next large messages whole (their senders pass the descriptors again),
+/// not `BadRegion` for a region it never held.
+#[test]
+fn a_receiver_rebuilt_from_a_duplicate_descriptor_gets_large_messages() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::bytes_channel().unwrap();
+    for round in 0..3 {
+        let big = pattern(64 << 10, round);
+        tx.send(&big).unwrap();
+        assert_eq!(rx.recv().unwrap(), big, "round {round}");
+    }
+    let duplicate = rx.as_fd().try_clone_to_owned().unwrap();
+    drop(rx);
+    let rx = IpcBytesReceiver::from(duplicate);
+    for round in 3..6 {
+        let big = pattern(64 << 10, round);
+        tx.send(&big).unwrap();
+        assert_eq!(rx.recv().unwrap(), big, "round {round}, rebuilt receiver");
+    }
+}

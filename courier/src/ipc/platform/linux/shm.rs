@@ -634,6 +634,18 @@ impl std::fmt::Debug for MapCache {
     }
 }
 
+impl Drop for MapCache {
+    fn drop(&mut self) {
+        // Let go of every region no message names (`HELD` -> `FREE`), so that
+        // its sender passes the descriptor again: a receiver rebuilt from a
+        // duplicate of this one's socket does not hold them. A region a kept
+        // message in flight names stays as it is.
+        for entry in &self.entries {
+            entry.releasable();
+        }
+    }
+}
+
 /// A region that moves with its receiver, as [`MapCache::take_kept`] gives it.
 pub(crate) struct KeptRegion {
     pub token: u64,
