@@ -265,7 +265,8 @@ impl Mapping {
     }
 
     fn payload(&self) -> *mut u8 {
-        // SAFETY: `REGION_HEADER < len`, so the offset stays in the mapping.
+        // SAFETY: every mapping is at least a header long (`REGION_HEADER <=
+        // len`), so the offset is inside the mapping or one past its end.
         unsafe { self.ptr.as_ptr().add(REGION_HEADER) }
     }
 
@@ -713,8 +714,11 @@ impl MapCache {
                 Some(i) => drop(self.entries.remove(i)),
                 None => {
                     // All pinned: use this region once, and keep nothing.
-                    // SAFETY: `map` is at least `need` bytes, sealed against
-                    // shrinking, and `REGION_HEADER + skew + total <= need`.
+                    // SAFETY: `map` covers the whole region (`size`) or
+                    // `need` bytes, either way at least `REGION_HEADER +
+                    // skew + total` (checked against `size` above; `need` is
+                    // that rounded up to a page), of a region sealed against
+                    // shrinking.
                     let copied = unsafe { copy_raw(&map, span, dst, split) };
                     // SYNC POINT: sender's `Acquire` in `Region::claim`.
                     map.state().store(FREE, Ordering::Release);
