@@ -329,18 +329,40 @@ fn abandoned_positions_lose_nothing() {
 }
 
 /// A stand-in task scheduler whose tasks are threads: exercises the `Park` seam under load.
-struct ThreadTask(thread::Thread, Arc<AtomicUsize>);
+struct ThreadTask {
+    thread: thread::Thread,
+    /// Parks so far.
+    parks: Arc<AtomicUsize>,
+    /// A channel on which, while its task sleeps, the scheduler receives through that same
+    /// task (with a timeout: no one sends on it), as one that meddles would.
+    meddle: Option<Receiver<u64>>,
+}
+
+impl ThreadTask {
+    fn new(parks: Arc<AtomicUsize>, meddle: Option<Receiver<u64>>) -> ThreadTask {
+        ThreadTask {
+            thread: thread::current(),
+            parks,
+            meddle,
+        }
+    }
+}
 
 impl chan::Park for ThreadTask {
     fn park(&self, deadline: Option<std::time::Instant>) {
-        self.1.fetch_add(1, Ordering::Relaxed);
+        self.parks.fetch_add(1, Ordering::Relaxed);
+        if let Some(quiet) = &self.meddle {
+            if let Some(task) = MEDDLING_TASK.with(|t| t.borrow().clone()) {
+                let _ = task.run(|| quiet.recv_timeout(Duration::from_micros(50)));
+            }
+        }
         match deadline {
             Some(d) => thread::park_timeout(d.saturating_duration_since(std::time::Instant::now())),
             None => thread::park(),
         }
     }
     fn unpark(&self) {
-        self.0.unpark();
+        self.thread.unpark();
     }
     fn may_spin(&self) -> bool {
         false
@@ -355,7 +377,7 @@ fn blocking_through_the_park_seam() {
         let (back_tx, back_rx) = chan::bounded::<u64>(1);
         let p = parks.clone();
         let t = thread::spawn(move || {
-            let task = TaskContext::new(ThreadTask(thread::current(), p));
+            let task = TaskContext::new(ThreadTask::new(p, None));
             task.run(|| {
                 for v in rx.iter() {
                     back_tx.send(v * 2).unwrap();
@@ -377,31 +399,9 @@ fn blocking_through_the_park_seam() {
 }
 
 std::thread_local! {
-    /// The task a `Meddler` belongs to (a `TaskContext` is not `Sync`: it stays on its thread).
+    /// The task a meddling `ThreadTask` belongs to (a `TaskContext` is not `Sync`: it stays on its thread).
     static MEDDLING_TASK: std::cell::RefCell<Option<std::rc::Rc<TaskContext>>> =
         const { std::cell::RefCell::new(None) };
-}
-
-/// A scheduler that, while its task sleeps, runs a channel operation of its own through that
-/// same task (a receive that times out on a channel no one sends on).
-struct Meddler(thread::Thread, Receiver<u64>);
-
-impl chan::Park for Meddler {
-    fn park(&self, deadline: Option<std::time::Instant>) {
-        if let Some(task) = MEDDLING_TASK.with(|t| t.borrow().clone()) {
-            let _ = task.run(|| self.1.recv_timeout(Duration::from_micros(50)));
-        }
-        match deadline {
-            Some(d) => thread::park_timeout(d.saturating_duration_since(std::time::Instant::now())),
-            None => thread::park(),
-        }
-    }
-    fn unpark(&self) {
-        self.0.unpark();
-    }
-    fn may_spin(&self) -> bool {
-        false
-    }
 }
 
 /// An operation run from inside `Park::park` on the waiting task's own context must not
@@ -413,7 +413,8 @@ fn an_operation_run_by_park_leaves_the_waiting_one_alone() {
         let (_quiet_tx, quiet_rx) = chan::bounded::<u64>(0);
         let n = if cfg!(miri) { 10 } else { 500 };
         let t = thread::spawn(move || {
-            let task = std::rc::Rc::new(TaskContext::new(Meddler(thread::current(), quiet_rx)));
+            let parks = Arc::new(AtomicUsize::new(0));
+            let task = std::rc::Rc::new(TaskContext::new(ThreadTask::new(parks, Some(quiet_rx))));
             MEDDLING_TASK.with(|t| *t.borrow_mut() = Some(task.clone()));
             let sum: u64 = task.run(|| rx.iter().sum());
             MEDDLING_TASK.with(|t| *t.borrow_mut() = None);

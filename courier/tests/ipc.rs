@@ -1206,12 +1206,11 @@ fn oversized_packets_and_descriptor_floods() {
     assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
 }
 
-#[test]
-fn complete_messages_never_wait_behind_incomplete_ones() {
+/// Sender A's data packet announces a descriptor; before A's descriptor packet, sender B's
+/// plain message arrives. B is delivered at once, A when its descriptor comes, even to a
+/// receiver that comes back only `late` after it came.
+fn b_passes_while_a_waits(late: Duration) {
     let _check = fd_check();
-    // Sender A's data packet announces a descriptor; before A's descriptor
-    // packet, sender B's plain message arrives. B is delivered at once, A
-    // when its descriptor comes.
     let (raw, rx) = {
         let (a, b) = net::socketpair(
             AddressFamily::UNIX,
@@ -1238,45 +1237,24 @@ fn complete_messages_never_wait_behind_incomplete_ones() {
         "B does not wait for A"
     );
     raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
+    std::thread::sleep(late);
     let (n, sender) = rx.recv().unwrap();
     assert_eq!(n, 1);
     sender.unwrap().send(b"to a").unwrap();
     assert_eq!(rx_a.recv().unwrap(), b"to a");
 }
 
+#[test]
+fn complete_messages_never_wait_behind_incomplete_ones() {
+    b_passes_while_a_waits(Duration::ZERO);
+}
+
 /// A message whose descriptors are already queued is not given up because its receiver came
-/// back late: only a socket read dry says the descriptors are missing (the give-up wait is 10 s).
+/// back late: only a socket read dry says the descriptors are missing (the give-up wait is 10
+/// s, so the receiver here is busy with B for longer).
 #[test]
 fn a_slow_receiver_still_gets_a_message_whose_descriptors_are_queued() {
-    let _check = fd_check();
-    let (raw, rx) = {
-        let (a, b) = net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        (a, IpcReceiver::<(u8, Option<IpcBytesSender>)>::from(b))
-    };
-    let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
-    let mut a = header(0, 1, 3, 0, 100);
-    a.extend_from_slice(&[1, 1, 0]); // (1u8, Some(channel index 0))
-    let mut b = header(0, 0, 2, 0, 0);
-    b.extend_from_slice(&[2, 0]); // (2u8, None)
-    raw_send(&raw, &a, &[]);
-    raw_send(&raw, &b, &[]);
-    assert!(
-        matches!(rx.recv().unwrap(), (2, None)),
-        "B first: A waits for its descriptor"
-    );
-    raw_send(&raw, &fd_packet(1, 100), &[tx_a.as_fd()]);
-    // The receiver is busy with B for longer than a descriptor is waited for.
-    std::thread::sleep(Duration::from_millis(10_500));
-    let (n, sender) = rx.recv().unwrap();
-    assert_eq!(n, 1);
-    sender.unwrap().send(b"to a").unwrap();
-    assert_eq!(rx_a.recv().unwrap(), b"to a");
+    b_passes_while_a_waits(Duration::from_millis(10_500));
 }
 
 #[test]
