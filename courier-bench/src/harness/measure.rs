@@ -189,7 +189,9 @@ impl Sampler {
     }
 
     /// Like [`run`](Self::run) for several subjects that take turns: after
-    /// each one's warm-up, every round times one sample of each, in order.
+    /// each one's warm-up, every round times one sample of each, starting one
+    /// subject further along each round (so that no subject always follows
+    /// the same one, or always runs first after the warm-ups).
     /// The slow drifts of a shared machine (other jobs, the other vCPU's
     /// load, frequency) then fall on all subjects alike instead of on
     /// whichever ran while they lasted, and the ratios between subjects hold
@@ -205,10 +207,11 @@ impl Sampler {
         }
         let ops = self.ops as f64;
         let mut out: Vec<Sampled> = subjects.iter().map(|_| self.empty()).collect();
-        for _ in 0..self.samples {
-            for (run, out) in subjects.iter_mut().zip(&mut out) {
+        for round in 0..self.samples {
+            for i in rotation(round, subjects.len()) {
+                let run = &mut subjects[i];
                 run(black_box(1))?;
-                out.sample(ops, || run(black_box(self.ops)))?;
+                out[i].sample(ops, || run(black_box(self.ops)))?;
             }
         }
         Ok(out)
@@ -303,8 +306,9 @@ pub fn time_each_interleaved<E>(
         }
         out.push((Each::default(), 0));
     }
-    for _ in 0..rounds {
-        for (op, (each, cpu)) in subjects.iter_mut().zip(&mut out) {
+    for round in 0..rounds {
+        for i in rotation(round, subjects.len()) {
+            let (op, (each, cpu)) = (&mut subjects[i], &mut out[i]);
             let chunk = time_each(0, per_round, op)?;
             *cpu += (chunk.cpu_ns_per_op * per_round as f64) as u64;
             each.ns.extend(chunk.ns);
@@ -319,9 +323,23 @@ pub fn time_each_interleaved<E>(
         .collect())
 }
 
+/// The order in which `k` subjects take their turns in round `round`: all of
+/// them, starting `round` places along (mod `k`).
+pub fn rotation(round: usize, k: usize) -> impl Iterator<Item = usize> {
+    (0..k).map(move |i| (round + i) % k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_round_starts_one_subject_further_along() {
+        assert_eq!(rotation(0, 3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(rotation(1, 3).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(rotation(5, 3).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(rotation(4, 0).count(), 0);
+    }
 
     #[test]
     fn sampler_runs_warmup_then_samples_with_ops() {

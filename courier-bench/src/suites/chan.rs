@@ -17,6 +17,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::harness::measure::rotation;
 use crate::harness::{Case, Ctx, Result};
 
 /// Threads per side in the multi-thread cases (crossbeam's T).
@@ -495,8 +496,13 @@ pub(crate) fn measure_interleaved(
             ));
         }
     }
-    for _ in 0..samples {
-        for subject in live.iter_mut().filter(|s| !s.stuck) {
+    for round in 0..samples {
+        // Each round starts one subject further along (`rotation`).
+        for i in rotation(round, live.len()) {
+            let subject = &mut live[i];
+            if subject.stuck {
+                continue;
+            }
             ctx.status(format!("{} · {}", case.name(), subject.name));
             match (subject.run)(messages) {
                 Some(d) => subject.ns.push(d.as_nanos() as f64 / messages as f64),
