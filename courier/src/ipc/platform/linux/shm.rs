@@ -714,11 +714,9 @@ impl MapCache {
                 Some(i) => drop(self.entries.remove(i)),
                 None => {
                     // All pinned: use this region once, and keep nothing.
-                    // SAFETY: `map` covers the whole region (`size`) or
-                    // `need` bytes, either way at least `REGION_HEADER +
-                    // skew + total` (checked against `size` above; `need` is
-                    // that rounded up to a page), of a region sealed against
-                    // shrinking.
+                    // SAFETY: `map` (the whole region, or `need` bytes) holds
+                    // `REGION_HEADER + skew + total` bytes (checked against
+                    // `size` above), of a region sealed against shrinking.
                     let copied = unsafe { copy_raw(&map, span, dst, split) };
                     // SYNC POINT: sender's `Acquire` in `Region::claim`.
                     map.state().store(FREE, Ordering::Release);
