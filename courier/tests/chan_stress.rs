@@ -364,6 +364,9 @@ impl chan::Park for ThreadTask {
     fn unpark(&self) {
         self.thread.unpark();
     }
+    fn yield_now(&self) {
+        thread::yield_now();
+    }
     fn may_spin(&self) -> bool {
         false
     }
@@ -436,6 +439,7 @@ impl chan::Park for PanickingPark {
         panic!("a scheduler bug (on purpose)");
     }
     fn unpark(&self) {}
+    fn yield_now(&self) {}
     fn may_spin(&self) -> bool {
         false
     }

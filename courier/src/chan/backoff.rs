@@ -8,6 +8,7 @@
 //! lost CAS: spin only; a sender between its claim and its write, or a peer that got to the slot
 //! first: spin, then yield, since that peer may be waiting for this CPU).
 
+use super::waiter::yield_current;
 use crate::sync;
 
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one
@@ -49,16 +50,17 @@ impl Backoff {
         self.step > YIELD_LIMIT
     }
 
-    /// Backs off while waiting for another task to make progress: spin, then (threads only)
-    /// yield the CPU.
+    /// Backs off while waiting for another task to finish a step it has begun: spin, then
+    /// step aside ([`yield_current`]: a thread yields its CPU, a fiber lets its scheduler run
+    /// the others, one of which may be the task waited for).
     #[inline]
-    pub(crate) fn snooze(&mut self, may_yield_thread: bool) {
-        if self.step <= SPIN_LIMIT || !may_yield_thread {
+    pub(crate) fn snooze(&mut self) {
+        if self.step <= SPIN_LIMIT {
             for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
                 sync::spin_loop();
             }
         } else {
-            sync::thread::yield_now();
+            yield_current();
         }
         if self.step <= YIELD_LIMIT {
             self.step += 1;

@@ -63,19 +63,27 @@ use crate::sync::{thread, Arc, Mutex};
 ///   token, as `std::thread::park` keeps one);
 /// - `park` may return spuriously (the channel re-checks its state and parks again), and must
 ///   return at or soon after `deadline` when one is given;
-/// - `park` is only called by the task the parker belongs to, while it runs.
+/// - `park` and `yield_now` are only called by the task the parker belongs to, while it runs.
 ///
 /// A panic out of any of these methods aborts the process (with a message on stderr): while a
 /// task parks, peers may still write the operation state it keeps on its stack, which
-/// unwinding would free under them. A channel operation that a `park` runs itself (a scheduler
-/// that receives on a channel while its task sleeps) gets a context of its own (the thread's),
-/// not the sleeping task's.
+/// unwinding would free under them. A channel operation that `park` or `yield_now` runs itself
+/// (a scheduler that receives on a channel while its task sleeps) acts as the thread's: it gets
+/// the thread's context, not the sleeping task's, and waits as a thread does.
 pub trait Park: Send + Sync + 'static {
     /// Suspends the calling task until [`unpark`](Park::unpark) (or `deadline`, or spuriously).
     fn park(&self, deadline: Option<Instant>);
 
     /// Makes the task's current or next `park` return.
     fn unpark(&self);
+
+    /// Lets the scheduler run its other ready tasks, then returns; the task stays ready.
+    ///
+    /// A channel operation calls this where it waits for another task to finish a step that
+    /// task has already begun: a `Select` that took a rendezvous receiver's place and has yet
+    /// to write its message, a sender between claiming a slot and filling it. Spinning there
+    /// would wait forever if that task shares this one's scheduler thread.
+    fn yield_now(&self);
 
     /// May a waiting channel operation call `std::thread::yield_now` before parking? A fiber
     /// must answer `false`: yielding the OS thread would stall every fiber of its scheduler.
@@ -102,7 +110,63 @@ pub(crate) enum Parker {
     /// An OS thread: `std::thread::park` / `Thread::unpark` (futex-based, keeps a token).
     Thread(thread::Thread),
     /// A task of a scheduler (a fiber), through the [`Park`] seam.
-    Task(Box<dyn Park>),
+    Task(TaskParker),
+}
+
+/// A scheduler task's [`Park`], and whether the task is inside one of the methods it runs
+/// itself (`park`, `yield_now`). Every call aborts the process if it unwinds (see [`Park`]).
+pub(crate) struct TaskParker {
+    park: Box<dyn Park>,
+    /// Set while the task runs `park` or `yield_now`: a channel operation in there is the
+    /// scheduler's own, and acts as the thread's ([`with_current_task`]). Only the thread that
+    /// runs the task touches it (a plain std atomic: it orders nothing).
+    inside: std::sync::atomic::AtomicBool,
+}
+
+impl TaskParker {
+    fn new(park: Box<dyn Park>) -> TaskParker {
+        TaskParker {
+            park,
+            inside: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Runs one of the methods the task calls on itself, marked as inside.
+    fn run_inside<R>(&self, f: impl FnOnce(&dyn Park) -> R) -> R {
+        use std::sync::atomic::Ordering::Relaxed;
+        let was_inside = self.inside.swap(true, Relaxed);
+        let out = no_unwind(|| f(&*self.park));
+        self.inside.store(was_inside, Relaxed);
+        out
+    }
+
+    fn park(&self, deadline: Option<Instant>) {
+        self.run_inside(|park| park.park(deadline));
+    }
+
+    /// Lets the scheduler's other ready tasks run.
+    fn yield_now(&self) {
+        self.run_inside(|park| park.yield_now());
+    }
+
+    /// Called by peers, from any thread: not "inside".
+    fn unpark(&self) {
+        no_unwind(|| self.park.unpark());
+    }
+
+    fn may_yield_thread(&self) -> bool {
+        no_unwind(|| self.park.may_yield_thread())
+    }
+
+    fn may_spin(&self) -> bool {
+        no_unwind(|| self.park.may_spin())
+    }
+
+    /// Is the task running one of its own `Park` methods?
+    #[cfg_attr(loom, allow(dead_code))] // read through `CURRENT_TASK`, left out of loom builds
+    fn is_inside(&self) -> bool {
+        self.inside.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Parker {
@@ -123,7 +187,7 @@ impl Parker {
                     }
                 }
             },
-            Parker::Task(task) => no_unwind(|| task.park(deadline)),
+            Parker::Task(task) => task.park(deadline),
         }
     }
 
@@ -131,7 +195,7 @@ impl Parker {
     fn unpark(&self) {
         match self {
             Parker::Thread(thread) => thread.unpark(),
-            Parker::Task(task) => no_unwind(|| task.unpark()),
+            Parker::Task(task) => task.unpark(),
         }
     }
 
@@ -139,7 +203,7 @@ impl Parker {
     fn may_yield_thread(&self) -> bool {
         match self {
             Parker::Thread(_) => true,
-            Parker::Task(task) => no_unwind(|| task.may_yield_thread()),
+            Parker::Task(task) => task.may_yield_thread(),
         }
     }
 }
@@ -383,7 +447,7 @@ impl Context {
             if !packet.is_null() {
                 return packet;
             }
-            backoff.snooze(self.may_yield_thread());
+            backoff.snooze();
         }
     }
 
@@ -438,7 +502,7 @@ impl Context {
     fn may_spin(&self) -> bool {
         match &self.inner.parker {
             Parker::Thread(_) => true,
-            Parker::Task(task) => no_unwind(|| task.may_spin()),
+            Parker::Task(task) => task.may_spin(),
         }
     }
 
@@ -507,32 +571,50 @@ fn current_thread_id() -> usize {
     h.finish() as usize
 }
 
-/// Should the running task spin before parking? One thread-local load for a thread.
+/// Runs `f` with the scheduler task running on this thread, if there is one and it is not
+/// inside one of its own `Park` methods (an operation in there acts as the thread's: [`Park`]).
+/// One thread-local load for a thread.
 #[inline]
-pub(crate) fn current_may_spin() -> bool {
+fn with_current_task<R>(f: impl FnOnce(Option<&TaskParker>) -> R) -> R {
     #[cfg(not(loom))]
     {
         let task = CURRENT_TASK.get();
         if !task.is_null() {
             // SAFETY: as in `Context::with`: a non-null installed pointer is live.
-            return unsafe { &*task }.may_spin();
+            let cx = unsafe { &*task };
+            if let Parker::Task(task) = &cx.inner.parker {
+                if !task.is_inside() {
+                    return f(Some(task));
+                }
+            }
         }
     }
-    true
+    f(None)
+}
+
+/// Should the running task spin before parking? (A thread: yes. A fiber: as its scheduler
+/// says.)
+#[inline]
+pub(crate) fn current_may_spin() -> bool {
+    with_current_task(|task| task.is_none_or(TaskParker::may_spin))
 }
 
 /// May the running task yield its OS thread while it waits? (A thread: yes; a fiber: no.)
 #[inline]
 pub(crate) fn current_may_yield() -> bool {
-    #[cfg(not(loom))]
-    {
-        let task = CURRENT_TASK.get();
-        if !task.is_null() {
-            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
-            return unsafe { &*task }.may_yield_thread();
-        }
-    }
-    true
+    with_current_task(|task| task.is_none_or(TaskParker::may_yield_thread))
+}
+
+/// Steps aside while the caller waits for another task to finish a step it has begun (a
+/// `Select` that took the caller's rendezvous and has yet to write, a sender between claiming
+/// a slot and filling it): a fiber lets its scheduler run the others ([`Park::yield_now`]),
+/// since the task it waits for may share its thread; a thread yields its CPU.
+#[cold]
+pub(crate) fn yield_current() {
+    with_current_task(|task| match task {
+        Some(task) => task.yield_now(),
+        None => thread::yield_now(),
+    });
 }
 
 /// The id of the running task, as stored in its contexts.
@@ -564,6 +646,7 @@ pub(crate) fn current_task_id() -> usize {
 /// impl Park for ByThread {
 ///     fn park(&self, _deadline: Option<Instant>) { std::thread::park() }
 ///     fn unpark(&self) { self.0.unpark() }
+///     fn yield_now(&self) { std::thread::yield_now() }
 /// }
 ///
 /// let (tx, rx) = chan::bounded(1);
@@ -598,7 +681,10 @@ impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
         TaskContext {
-            cx: Context::new(Parker::Task(Box::new(parker)), next_task_id()),
+            cx: Context::new(
+                Parker::Task(TaskParker::new(Box::new(parker))),
+                next_task_id(),
+            ),
             _not_sync: std::marker::PhantomData,
         }
     }
@@ -868,7 +954,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         }
         let mut backoff = Backoff::new();
         loop {
-            backoff.snooze(true);
+            backoff.snooze();
             if let Some(r) = attempt() {
                 return Some(r);
             }

@@ -112,7 +112,7 @@ const RETRY: u8 = 2;
 
 impl<T> SendPacket<T> {
     /// Waits (briefly: the claimer is running) until a claimer has decided.
-    fn wait(&self, may_yield: bool) -> u8 {
+    fn wait(&self) -> u8 {
         let mut backoff = Backoff::new();
         loop {
             // SYNC POINT: partner: the Release store in `Channel::hand_off`.
@@ -120,7 +120,7 @@ impl<T> SendPacket<T> {
             if state != PENDING {
                 return state;
             }
-            backoff.snooze(may_yield);
+            backoff.snooze();
         }
     }
 }
@@ -247,7 +247,7 @@ impl<T> Channel<T> {
                 // CPUs otherwise spin against each other on `tail` while the receiver waits for
                 // a CPU (`buffered_ab 4 15 barrier` 43-66 -> 20-26 ns a message), and a peer
                 // preempted mid-slot needs this CPU to finish.
-                backoff.snooze(true);
+                backoff.snooze();
                 tail = self.tail.load(Ordering::Relaxed);
             }
         }
@@ -330,12 +330,12 @@ impl<T> Channel<T> {
                     return false;
                 }
                 // A sender is between its CAS and its stamp store: wait for it.
-                backoff.snooze(true);
+                backoff.snooze();
                 head = self.head.load(Ordering::Relaxed);
             } else {
                 // Another receiver took this slot (catch up), or the previous lap's sender is
                 // still writing it (wait for it): yield after a few rounds, as senders do.
-                backoff.snooze(true);
+                backoff.snooze();
                 head = self.head.load(Ordering::Relaxed);
             }
         }
@@ -409,7 +409,7 @@ impl<T> Channel<T> {
                     }
                 }
                 // A receiver is moving the message out: room in a moment.
-                ONE_RECEIVING => backoff.snooze(true),
+                ONE_RECEIVING => backoff.snooze(),
                 // FULL, or another sender writing: full.
                 _ => return false,
             }
@@ -432,7 +432,7 @@ impl<T> Channel<T> {
                     }
                 }
                 // A sender is writing its message: wait for it.
-                ONE_SENDING => backoff.snooze(true),
+                ONE_SENDING => backoff.snooze(),
                 // EMPTY, or another receiver taking the message: empty, and disconnected if
                 // marked (no message can follow: a sender's claim needs an unmarked EMPTY).
                 _ => {
@@ -565,9 +565,7 @@ impl<T> Channel<T> {
                     }
                     // A receiver made room and claimed us: it moved the message into the slot
                     // it freed (DELIVERED), or could not (RETRY).
-                    Selected::Operation(_) | Selected::Waiting => {
-                        packet.wait(cx.may_yield_thread()) == DELIVERED
-                    }
+                    Selected::Operation(_) | Selected::Waiting => packet.wait() == DELIVERED,
                 }
             });
             if delivered {

@@ -153,7 +153,7 @@ impl<T> Slot<T> {
         let mut backoff = Backoff::new();
         // SYNC POINT: waits for WRITE. Partner: the Release store of WRITE in `write_reserved`.
         while self.state.load(Ordering::Acquire) & WRITE == 0 {
-            backoff.snooze(true);
+            backoff.snooze();
         }
     }
 }
@@ -221,7 +221,7 @@ impl<T> Block<T> {
             if !next.is_null() {
                 return next;
             }
-            backoff.snooze(true);
+            backoff.snooze();
         }
     }
 
@@ -248,7 +248,7 @@ impl<T> Block<T> {
             // read-modify-write, so no bit is lost.
             let mut backoff = Backoff::new();
             while slot.state.load(Ordering::Acquire) & (WRITE | GONE) == 0 {
-                backoff.snooze(true);
+                backoff.snooze();
             }
             // SYNC POINT: partners: the reader's `fetch_or(READ)` in `read_reserved` and the
             // sender's `fetch_or(SKIP)` in `take_back`: whoever comes last sees the other's bit.
@@ -505,7 +505,7 @@ impl<T> Channel<T> {
             let offset = (tail >> SHIFT) % LAP;
             if offset == BLOCK_CAP {
                 // The claimer of the previous slot is installing the next block: wait.
-                backoff.snooze(true);
+                backoff.snooze();
                 tail = self.tail.index.load(Ordering::Acquire);
                 block = self.tail.block.load(Ordering::Acquire);
                 continue;
@@ -635,7 +635,7 @@ impl<T> Channel<T> {
             if state & ABANDON == 0 {
                 return true;
             }
-            backoff.snooze(true);
+            backoff.snooze();
         }
     }
 
@@ -714,7 +714,7 @@ impl<T> Channel<T> {
             let offset = (head >> SHIFT) % LAP;
             if offset == BLOCK_CAP {
                 // Another receiver is moving `head` to the next block: wait.
-                backoff.snooze(true);
+                backoff.snooze();
                 head = self.head.index.load(Ordering::Acquire);
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
@@ -729,7 +729,7 @@ impl<T> Channel<T> {
             };
             if block.is_null() {
                 // The first sender is installing the first block.
-                backoff.snooze(true);
+                backoff.snooze();
                 head = self.head.index.load(Ordering::Acquire);
                 block = self.head.block.load(Ordering::Acquire);
                 continue;
@@ -1075,7 +1075,7 @@ impl<T> Channel<T> {
         let mut tail = self.tail.index.load(Ordering::Acquire);
         while (tail >> SHIFT) % LAP == BLOCK_CAP {
             // A sender is installing the next block: let it finish.
-            backoff.snooze(true);
+            backoff.snooze();
             tail = self.tail.index.load(Ordering::Acquire);
         }
         let mut head = self.head.index.load(Ordering::Acquire);
@@ -1083,7 +1083,7 @@ impl<T> Channel<T> {
         if !at_or_past(head, tail) {
             // There are messages, so the first block exists or is being installed.
             while block.is_null() {
-                backoff.snooze(true);
+                backoff.snooze();
                 block = self.head.block.load(Ordering::Acquire);
             }
         }
@@ -1101,7 +1101,7 @@ impl<T> Channel<T> {
                 let slot = unsafe { &(*block).slots[i] };
                 // SYNC POINT: partner: the sender's `fetch_or(SKIP)` in `take_back`.
                 while slot.state.load(Ordering::Acquire) & (GONE | SKIP) == GONE {
-                    backoff.snooze(true);
+                    backoff.snooze();
                 }
             }
         }

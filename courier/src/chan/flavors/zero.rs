@@ -57,12 +57,15 @@ impl<T> Packet<T> {
         }
     }
 
-    /// Waits for the other side to finish with the packet.
-    fn wait_ready(&self, may_yield: bool) {
+    /// Waits for the other side to finish with the packet, spinning and then stepping aside
+    /// (`Backoff::snooze`): the reader of a `Select`'s packet waits for the selecting task to
+    /// return from its select and write, and if that task is a fiber of the reader's own
+    /// thread it runs only when the reader lets its scheduler run it.
+    fn wait_ready(&self) {
         let mut backoff = Backoff::new();
         // SYNC POINT: partner: the Release stores of `ready` in `write` and `read`.
         while !self.ready.load(Ordering::Acquire) {
-            backoff.snooze(may_yield);
+            backoff.snooze();
         }
     }
 }
@@ -189,7 +192,7 @@ impl<T> Channel<T> {
             if let Some(peer) = peer {
                 peer.unpark();
             }
-            packet.wait_ready(true);
+            packet.wait_ready();
             // SAFETY: `ready` was set, so the writer is done; we own the heap packet now.
             let packet = unsafe { Box::from_raw(packet_ptr) };
             Ok(packet
@@ -257,7 +260,7 @@ impl<T> Channel<T> {
                 }
                 Selected::Operation(_) | Selected::Waiting => {
                     // A receiver claimed us and is taking the message.
-                    packet.wait_ready(cx.may_yield_thread());
+                    packet.wait_ready();
                     Ok(())
                 }
             }
@@ -310,7 +313,7 @@ impl<T> Channel<T> {
                 }
                 Selected::Operation(_) | Selected::Waiting => {
                     // A sender claimed us and is writing the message.
-                    packet.wait_ready(cx.may_yield_thread());
+                    packet.wait_ready();
                     // SAFETY: `ready` was set: the sender is done with the packet.
                     let msg = packet.msg.with_mut(|p| unsafe { (*p).take() });
                     Ok(msg.expect("a ready packet holds a message"))

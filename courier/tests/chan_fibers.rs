@@ -1,0 +1,436 @@
+//! Fibers that share one OS thread, blocking on `chan`'s channels through the `Park` seam.
+//!
+//! The case the seam exists for (issue 3): a ring of fibers on one scheduler thread, which
+//! deadlocks on channels that can only park the OS thread. The scheduler here is the smallest
+//! one that keeps the `Park` contract: stackful fibers (`corosensei`), a FIFO ready queue, a
+//! wake-up token per fiber, and a timed park that comes back after the other ready fibers have
+//! had a turn (a spurious return, which the contract allows). When no fiber is ready and some
+//! are parked, it reports a deadlock instead of hanging; a fiber that spins forever is caught by
+//! the watchdog.
+
+#![cfg(not(loom))]
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+use courier::chan::{self, Park, Receiver, RecvTimeoutError, Select, Sender, TaskContext};
+
+// ===== a single-threaded fiber scheduler =====
+
+thread_local! {
+    /// The running fiber's yielder, installed by the scheduler around each resume.
+    static YIELDER: Cell<*const Yielder<(), ()>> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Switches from the running fiber back to the scheduler loop.
+fn suspend() {
+    let yielder = YIELDER.get();
+    assert!(!yielder.is_null(), "suspend() outside a fiber");
+    // SAFETY: the scheduler installs a fiber's yielder only while it resumes that fiber, and the
+    // yielder lives on the fiber's own stack until the fiber returns.
+    unsafe { &*yielder }.suspend(());
+}
+
+/// The fibers ready to run, by index. Shared with the parkers, which `Park` requires to be
+/// `Send + Sync`; here every wake-up comes from the scheduler's own thread.
+type ReadyQueue = Arc<Mutex<VecDeque<usize>>>;
+
+/// A fiber's parking state.
+const RUNNING: u8 = 0;
+const PARKED: u8 = 1;
+const NOTIFIED: u8 = 2;
+
+/// The `Park` of one fiber.
+struct FiberPark {
+    index: usize,
+    state: AtomicU8,
+    ready: ReadyQueue,
+}
+
+impl Park for FiberPark {
+    fn park(&self, deadline: Option<Instant>) {
+        // A wake-up that came first is not lost: consume it and return.
+        if self
+            .state
+            .compare_exchange(NOTIFIED, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        if self
+            .state
+            .compare_exchange(RUNNING, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.state.store(RUNNING, Ordering::Relaxed);
+            return;
+        }
+        if deadline.is_some() {
+            // Come back after the fibers ready now: a spurious return the caller re-checks.
+            self.ready.lock().unwrap().push_back(self.index);
+        }
+        suspend();
+        self.state.store(RUNNING, Ordering::Release);
+    }
+
+    fn unpark(&self) {
+        if self.state.swap(NOTIFIED, Ordering::AcqRel) == PARKED {
+            self.ready.lock().unwrap().push_back(self.index);
+        }
+    }
+
+    fn yield_now(&self) {
+        self.ready.lock().unwrap().push_back(self.index);
+        suspend();
+    }
+
+    fn may_spin(&self) -> bool {
+        // Spinning cannot see progress that only another fiber of this thread can make.
+        false
+    }
+}
+
+/// One fiber: its coroutine, its task context and its yielder's address (known once started).
+struct Fiber {
+    coroutine: Coroutine<(), (), ()>,
+    task: TaskContext,
+    yielder: Rc<Cell<*const Yielder<(), ()>>>,
+}
+
+/// Runs `bodies` as fibers on the calling thread until all return. Panics if every unfinished
+/// fiber is parked with nothing left to wake it (a deadlock).
+fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
+    let ready: ReadyQueue = Arc::new(Mutex::new((0..bodies.len()).collect()));
+    let mut fibers: Vec<Option<Fiber>> = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(index, body)| {
+            let yielder = Rc::new(Cell::new(std::ptr::null()));
+            let own = yielder.clone();
+            let coroutine = Coroutine::new(move |y: &Yielder<(), ()>, ()| {
+                own.set(y as *const _);
+                YIELDER.set(y as *const _);
+                body();
+            });
+            let task = TaskContext::new(FiberPark {
+                index,
+                state: AtomicU8::new(RUNNING),
+                ready: ready.clone(),
+            });
+            Some(Fiber {
+                coroutine,
+                task,
+                yielder,
+            })
+        })
+        .collect();
+    let mut live = fibers.len();
+    while live > 0 {
+        let next = ready.lock().unwrap().pop_front();
+        let Some(index) = next else {
+            panic!("deadlock: {live} fiber(s) parked, none ready");
+        };
+        // A fiber may be queued twice (a timed park, then a wake-up): a later turn is a
+        // spurious return, and a finished fiber's turns are dropped.
+        let Some(fiber) = fibers[index].as_mut() else {
+            continue;
+        };
+        YIELDER.set(fiber.yielder.get());
+        let step = fiber.task.run(|| fiber.coroutine.resume(()));
+        YIELDER.set(std::ptr::null());
+        if let CoroutineResult::Return(()) = step {
+            fibers[index] = None;
+            live -= 1;
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own; fails if it is not done within `limit` (a fiber that
+/// spins forever waiting for another fiber of its thread never returns).
+fn on_one_thread(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        f();
+        let _ = done_tx.send(());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => t.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{name}: not done after {limit:?} (a fiber waits for one that cannot run)")
+        }
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A channel's two ends.
+type Pair<T> = (Sender<T>, Receiver<T>);
+
+/// Makes a channel of one flavor.
+type Make = fn() -> Pair<u64>;
+
+fn flavors() -> Vec<(&'static str, Make)> {
+    vec![
+        ("bounded(0)", || chan::bounded(0)),
+        ("bounded(1)", || chan::bounded(1)),
+        ("bounded(4)", || chan::bounded(4)),
+        ("unbounded", chan::unbounded),
+    ]
+}
+
+// ===== tests =====
+
+/// Seed 003's ring, as fibers on one thread: every task receives from its neighbour and sends
+/// to the next. On a rendezvous channel one message circulates (task 0 sends first); on the
+/// buffered ones every task sends first, so `n` circulate. Every message arrives, in order.
+#[test]
+fn a_ring_of_fibers_on_one_thread() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            const TASKS: usize = 16;
+            const ROUNDS: u64 = 500;
+            let one_token = name == "bounded(0)";
+            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..TASKS).map(|_| make()).unzip();
+            txs.rotate_left(1);
+            let thread = thread::current().id();
+            let bodies = txs
+                .into_iter()
+                .zip(rxs)
+                .enumerate()
+                .map(|(i, (tx, rx))| {
+                    Box::new(move || {
+                        for round in 0..ROUNDS {
+                            if !one_token || i == 0 {
+                                tx.send(round).unwrap();
+                                assert_eq!(rx.recv(), Ok(round), "task {i}");
+                            } else {
+                                assert_eq!(rx.recv(), Ok(round), "task {i}");
+                                tx.send(round).unwrap();
+                            }
+                            assert_eq!(thread::current().id(), thread);
+                        }
+                    }) as Box<dyn FnOnce()>
+                })
+                .collect();
+            run_fibers(bodies);
+        });
+    }
+}
+
+/// Producers and consumers as fibers, with a small buffer (or none) so that both sides block
+/// often: every message arrives exactly once, and each consumer sees each producer's messages
+/// in the order they were sent.
+#[test]
+fn producers_and_consumers_as_fibers() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            const PRODUCERS: u64 = 4;
+            const CONSUMERS: usize = 3;
+            const PER_PRODUCER: u64 = 2_000;
+            let (tx, rx) = make();
+            let seen: Vec<_> = (0..CONSUMERS)
+                .map(|_| Rc::new(std::cell::RefCell::new(Vec::new())))
+                .collect();
+            let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
+            for p in 0..PRODUCERS {
+                let tx = tx.clone();
+                bodies.push(Box::new(move || {
+                    for k in 0..PER_PRODUCER {
+                        tx.send(p * PER_PRODUCER + k).unwrap();
+                    }
+                }));
+            }
+            drop(tx);
+            for mine in &seen {
+                let (rx, mine) = (rx.clone(), mine.clone());
+                bodies.push(Box::new(move || {
+                    for v in rx.iter() {
+                        mine.borrow_mut().push(v);
+                    }
+                }));
+            }
+            drop(rx);
+            run_fibers(bodies);
+            let mut all = Vec::new();
+            for (c, mine) in seen.iter().enumerate() {
+                let mine = mine.borrow();
+                for p in 0..PRODUCERS {
+                    let from_p: Vec<u64> = mine
+                        .iter()
+                        .copied()
+                        .filter(|v| v / PER_PRODUCER == p)
+                        .collect();
+                    assert!(
+                        from_p.windows(2).all(|w| w[0] < w[1]),
+                        "{name}: consumer {c} saw producer {p}'s messages out of order"
+                    );
+                }
+                all.extend_from_slice(&mine);
+            }
+            all.sort_unstable();
+            let expected: Vec<u64> = (0..PRODUCERS * PER_PRODUCER).collect();
+            assert!(all == expected, "{name}: a message lost or duplicated");
+        });
+    }
+}
+
+/// A fiber selecting over sends waits registered; a receiver fiber that takes the selected send
+/// must then let the selecting fiber run to write its message (it cannot spin for it: the two
+/// share one thread).
+#[test]
+fn a_receiver_fiber_waits_for_a_selecting_sender_fiber() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            const MESSAGES: u64 = 300;
+            let (tx_a, rx_a) = make();
+            let (tx_b, rx_b) = make();
+            let got = Rc::new(Cell::new(0u64));
+            let sender: Box<dyn FnOnce()> = Box::new(move || {
+                for k in 0..MESSAGES {
+                    let mut sel = Select::new();
+                    let a = sel.send(&tx_a);
+                    let b = sel.send(&tx_b);
+                    let oper = sel.select();
+                    match oper.index() {
+                        i if i == a => oper.send(&tx_a, k).unwrap(),
+                        i if i == b => oper.send(&tx_b, k).unwrap(),
+                        _ => unreachable!(),
+                    }
+                }
+            });
+            let got_a = got.clone();
+            let receiver_a: Box<dyn FnOnce()> = Box::new(move || {
+                for v in rx_a.iter() {
+                    assert!(v < MESSAGES);
+                    got_a.set(got_a.get() + 1);
+                }
+            });
+            let got_b = got.clone();
+            let receiver_b: Box<dyn FnOnce()> = Box::new(move || {
+                for v in rx_b.iter() {
+                    assert!(v < MESSAGES);
+                    got_b.set(got_b.get() + 1);
+                }
+            });
+            // The receivers start first, so the sender finds them waiting at times and registers
+            // at others.
+            run_fibers(vec![receiver_a, receiver_b, sender]);
+            assert_eq!(got.get(), MESSAGES, "{name}");
+        });
+    }
+}
+
+/// `recv_timeout` in a fiber returns at its deadline while the other fibers of its thread keep
+/// running (and waiting with deadlines of their own).
+#[test]
+fn timeouts_in_fibers() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            let (tx, rx) = make();
+            let ticks = Rc::new(Cell::new(0u64));
+            let waited = Rc::new(Cell::new(Duration::ZERO));
+            let (w, t) = (waited.clone(), ticks.clone());
+            let rx2 = rx.clone();
+            let waiter: Box<dyn FnOnce()> = Box::new(move || {
+                let start = Instant::now();
+                assert_eq!(
+                    rx2.recv_timeout(Duration::from_millis(20)),
+                    Err(RecvTimeoutError::Timeout)
+                );
+                w.set(start.elapsed());
+                // The other fiber ran while this one waited.
+                assert!(t.get() > 0);
+                drop(tx); // kept until now: the wait must time out, not see a disconnect
+            });
+            let t = ticks.clone();
+            let busy: Box<dyn FnOnce()> = Box::new(move || {
+                // Runs while the waiter waits, in steps that time out themselves.
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(5) {
+                    t.set(t.get() + 1);
+                    assert_eq!(
+                        rx.recv_timeout(Duration::from_micros(100)),
+                        Err(RecvTimeoutError::Timeout)
+                    );
+                }
+            });
+            run_fibers(vec![waiter, busy]);
+            assert!(waited.get() >= Duration::from_millis(20), "{name}");
+        });
+    }
+}
+
+/// A fiber selecting receives over three channels, by `select` and by `ready` in turn, while
+/// three sender fibers of the same thread fill them: every message arrives once, each channel's
+/// in order. Then a `oneshot` between two fibers.
+#[test]
+fn select_ready_and_oneshot_in_fibers() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            const SENDERS: usize = 3;
+            const PER_SENDER: u64 = 1_000;
+            let (txs, rxs): (Vec<_>, Vec<_>) = (0..SENDERS).map(|_| make()).unzip();
+            let mut bodies: Vec<Box<dyn FnOnce()>> = txs
+                .into_iter()
+                .map(|tx| {
+                    Box::new(move || {
+                        for k in 0..PER_SENDER {
+                            tx.send(k).unwrap();
+                        }
+                    }) as Box<dyn FnOnce()>
+                })
+                .collect();
+            let (done_tx, done_rx) = chan::oneshot::<u64>();
+            bodies.push(Box::new(move || {
+                let mut next = [0u64; SENDERS];
+                // The channels still open, by index into `rxs` (a finished one leaves the select:
+                // a disconnected channel is always ready, and a fiber that never waits starves
+                // the others).
+                let mut open: Vec<usize> = (0..SENDERS).collect();
+                let mut turn = 0u64;
+                while !open.is_empty() {
+                    let mut sel = Select::new();
+                    for &i in &open {
+                        sel.recv(&rxs[i]);
+                    }
+                    turn += 1;
+                    let (at, got) = if turn.is_multiple_of(2) {
+                        let oper = sel.select();
+                        let at = oper.index();
+                        (at, oper.recv(&rxs[open[at]]).ok())
+                    } else {
+                        let at = sel.ready();
+                        match rxs[open[at]].try_recv() {
+                            Ok(v) => (at, Some(v)),
+                            Err(chan::TryRecvError::Empty) => continue,
+                            Err(chan::TryRecvError::Disconnected) => (at, None),
+                        }
+                    };
+                    let i = open[at];
+                    match got {
+                        Some(v) => {
+                            assert_eq!(v, next[i], "channel {i}");
+                            next[i] += 1;
+                        }
+                        None => {
+                            assert_eq!(next[i], PER_SENDER, "channel {i} ended early");
+                            open.remove(at);
+                        }
+                    }
+                }
+                done_tx.send(next.iter().sum()).unwrap();
+            }));
+            let total = Rc::new(Cell::new(0));
+            let t = total.clone();
+            bodies.push(Box::new(move || t.set(done_rx.recv().unwrap())));
+            run_fibers(bodies);
+            assert_eq!(total.get(), SENDERS as u64 * PER_SENDER, "{name}");
+        });
+    }
+}
