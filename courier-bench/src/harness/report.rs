@@ -304,8 +304,10 @@ fn cells(report: &Report, style: Style) -> (Vec<&'static str>, Vec<Vec<String>>)
                 row.subject.clone(),
                 row.metric.clone(),
                 human(row.value, &row.unit),
+                // One sample has no spread to show (its quartiles are the sample itself).
                 row.summary
                     .as_ref()
+                    .filter(|s| s.n > 1)
                     .map_or("-".into(), |s| format!("{:.1}%", s.spread() * 100.0)),
                 report.ratio(row).to_string(),
             ];
@@ -582,6 +584,17 @@ mod tests {
         assert_eq!(rows.len(), 7);
         assert!(rows.iter().all(|l| l.matches(" |").count() == 6));
         assert!(md.contains("count 1000  \n"));
+    }
+
+    #[test]
+    fn one_sample_shows_no_spread() {
+        let mut r = report();
+        r.rows[1].summary = Summary::of(&[3000.0]);
+        let md = markdown(&r, Style::default());
+        assert!(
+            md.contains("| send_22b | ipc-channel | send_ns | 3.00 µs | - | 1.50x |"),
+            "{md}"
+        );
     }
 
     #[test]
