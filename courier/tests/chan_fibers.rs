@@ -434,3 +434,64 @@ fn select_ready_and_oneshot_in_fibers() {
         });
     }
 }
+
+/// `chan::local`, the single-thread flavor, between fibers of its thread: a ring of 16 on
+/// `bounded(1)` and unbounded channels, then producers and consumers on `bounded(2)` that end by
+/// disconnecting. Its blocking parks the fiber through the same seam.
+#[test]
+fn local_channels_between_fibers() {
+    on_one_thread("local", LIMIT, || {
+        type MakeLocal = fn() -> (chan::local::Sender<u64>, chan::local::Receiver<u64>);
+        let makers: [(&str, MakeLocal); 2] = [
+            ("local::bounded(1)", || chan::local::bounded(1)),
+            ("local::channel", chan::local::channel),
+        ];
+        for (name, make) in makers {
+            const TASKS: usize = 16;
+            const ROUNDS: u64 = 500;
+            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..TASKS).map(|_| make()).unzip();
+            txs.rotate_left(1);
+            let bodies = txs
+                .into_iter()
+                .zip(rxs)
+                .enumerate()
+                .map(|(i, (tx, rx))| {
+                    Box::new(move || {
+                        for round in 0..ROUNDS {
+                            tx.send(round).unwrap();
+                            assert_eq!(rx.recv(), Ok(round), "{name}: task {i}");
+                        }
+                    }) as Box<dyn FnOnce()>
+                })
+                .collect();
+            run_fibers(bodies);
+        }
+
+        const PER_PRODUCER: u64 = 1_000;
+        let (tx, rx) = chan::local::bounded::<u64>(2);
+        let got = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
+        for p in 0..3 {
+            let tx = tx.clone();
+            bodies.push(Box::new(move || {
+                for k in 0..PER_PRODUCER {
+                    tx.send(p * PER_PRODUCER + k).unwrap();
+                }
+            }));
+        }
+        drop(tx);
+        for _ in 0..2 {
+            let (rx, got) = (rx.clone(), got.clone());
+            bodies.push(Box::new(move || {
+                while let Ok(v) = rx.recv() {
+                    got.borrow_mut().push(v);
+                }
+            }));
+        }
+        drop(rx);
+        run_fibers(bodies);
+        let mut got = got.borrow().clone();
+        got.sort_unstable();
+        assert!(got == (0..3 * PER_PRODUCER).collect::<Vec<_>>());
+    });
+}
