@@ -130,24 +130,33 @@ fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
             })
         })
         .collect();
-    let mut live = fibers.len();
-    while live > 0 {
-        let next = ready.lock().unwrap().pop_front();
-        let Some(index) = next else {
-            panic!("deadlock: {live} fiber(s) parked, none ready");
-        };
-        // A fiber may be queued twice (a timed park, then a wake-up): a later turn is a
-        // spurious return, and a finished fiber's turns are dropped.
-        let Some(fiber) = fibers[index].as_mut() else {
-            continue;
-        };
-        YIELDER.set(fiber.yielder.get());
-        let step = fiber.task.run(|| fiber.coroutine.resume(()));
-        YIELDER.set(std::ptr::null());
-        if let CoroutineResult::Return(()) = step {
-            fibers[index] = None;
-            live -= 1;
+    let schedule = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut live = fibers.len();
+        while live > 0 {
+            let next = ready.lock().unwrap().pop_front();
+            let Some(index) = next else {
+                panic!("deadlock: {live} fiber(s) parked, none ready");
+            };
+            // A fiber may be queued twice (a timed park, then a wake-up): a later turn is a
+            // spurious return, and a finished fiber's turns are dropped.
+            let Some(fiber) = fibers[index].as_mut() else {
+                continue;
+            };
+            YIELDER.set(fiber.yielder.get());
+            let step = fiber.task.run(|| fiber.coroutine.resume(()));
+            YIELDER.set(std::ptr::null());
+            if let CoroutineResult::Return(()) = step {
+                fibers[index] = None;
+                live -= 1;
+            }
         }
+    }));
+    if let Err(panic) = schedule {
+        // A fiber failed (its panic came out of `resume`) or the rest deadlocked. Dropping a
+        // suspended fiber unwinds its stack through the channel operation it is parked in,
+        // which aborts the process (see `Park`): leak them, and report the panic.
+        std::mem::forget(fibers);
+        std::panic::resume_unwind(panic);
     }
 }
 
@@ -198,7 +207,6 @@ fn a_ring_of_fibers_on_one_thread() {
             let one_token = name == "bounded(0)";
             let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..TASKS).map(|_| make()).unzip();
             txs.rotate_left(1);
-            let thread = thread::current().id();
             let bodies = txs
                 .into_iter()
                 .zip(rxs)
@@ -213,7 +221,6 @@ fn a_ring_of_fibers_on_one_thread() {
                                 assert_eq!(rx.recv(), Ok(round), "task {i}");
                                 tx.send(round).unwrap();
                             }
-                            assert_eq!(thread::current().id(), thread);
                         }
                     }) as Box<dyn FnOnce()>
                 })
@@ -280,9 +287,10 @@ fn producers_and_consumers_as_fibers() {
     }
 }
 
-/// A fiber selecting over sends waits registered; a receiver fiber that takes the selected send
-/// must then let the selecting fiber run to write its message (it cannot spin for it: the two
-/// share one thread).
+/// A fiber selecting over sends on a rendezvous channel waits registered; a receiver fiber that
+/// takes the selected send must then let the selecting fiber run to write its message (it
+/// cannot spin for it: the two share one thread). On the buffered flavors a selected send
+/// claims a slot and fills it without a switch in between: there this is a plain select test.
 #[test]
 fn a_receiver_fiber_waits_for_a_selecting_sender_fiber() {
     for (name, make) in flavors() {
@@ -494,4 +502,56 @@ fn local_channels_between_fibers() {
         got.sort_unstable();
         assert!(got == (0..3 * PER_PRODUCER).collect::<Vec<_>>());
     });
+}
+
+/// A fiber that holds what its `Select` claimed across a suspension (it selects, then blocks on
+/// another channel before completing the operation) does not stall the fibers that wait for
+/// that claim: a receiver waiting for the selected send's slot to be filled, a sender waiting
+/// for the selected receive's slot to be emptied. They step aside, so the fiber that releases
+/// the selecting one gets to run.
+#[test]
+fn a_fiber_suspended_between_select_and_completion_stalls_no_one() {
+    for (name, make) in flavors() {
+        on_one_thread(name, LIMIT, move || {
+            // A selected send, completed only after `go`.
+            let (tx, rx) = make();
+            let (go_tx, go_rx) = chan::unbounded::<()>();
+            let got = Rc::new(Cell::new(None));
+            let g = got.clone();
+            let selecting: Box<dyn FnOnce()> = Box::new(move || {
+                let mut sel = Select::new();
+                sel.send(&tx);
+                let oper = sel.select();
+                go_rx.recv().unwrap();
+                oper.send(&tx, 7).unwrap();
+            });
+            let receiver: Box<dyn FnOnce()> = Box::new(move || g.set(rx.recv().ok()));
+            let releaser: Box<dyn FnOnce()> = Box::new(move || go_tx.send(()).unwrap());
+            run_fibers(vec![selecting, receiver, releaser]);
+            assert_eq!(got.get(), Some(7), "{name}: selected send");
+
+            // A selected receive on a full channel, completed only after `go`.
+            let Some(cap) = make().0.capacity().filter(|&c| c > 0) else {
+                return; // unbounded is never full; rendezvous is covered above
+            };
+            let (tx, rx) = make();
+            for k in 0..cap as u64 {
+                tx.send(k).unwrap();
+            }
+            let (go_tx, go_rx) = chan::unbounded::<()>();
+            let selecting: Box<dyn FnOnce()> = Box::new(move || {
+                let mut sel = Select::new();
+                sel.recv(&rx);
+                let oper = sel.select();
+                go_rx.recv().unwrap();
+                assert_eq!(oper.recv(&rx), Ok(0));
+                for k in 1..=cap as u64 {
+                    assert_eq!(rx.recv(), Ok(k));
+                }
+            });
+            let sender: Box<dyn FnOnce()> = Box::new(move || tx.send(cap as u64).unwrap());
+            let releaser: Box<dyn FnOnce()> = Box::new(move || go_tx.send(()).unwrap());
+            run_fibers(vec![selecting, sender, releaser]);
+        });
+    }
 }

@@ -14,7 +14,8 @@ use crate::sync;
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one
 /// scheduling point (each `spin_loop` is one; more would only grow the model).
 const SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 6 };
-/// Rounds after which a thread stops yielding and parks.
+/// Rounds after which a wait has backed off enough to park ([`Backoff::is_completed`]: the
+/// brief poll of a bounded channel's receivers); `snooze` itself keeps yielding.
 const YIELD_LIMIT: u32 = 10;
 
 /// Exponential backoff for one wait.
@@ -33,7 +34,8 @@ impl Backoff {
         Backoff { step: 0 }
     }
 
-    /// Backs off after a lost CAS race: spinning only, never yielding (the winner is running).
+    /// Backs off after a lost CAS race: spinning only, never yielding (the winner has finished
+    /// its step: retrying at once can succeed).
     #[inline]
     pub(crate) fn spin(&mut self) {
         for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {

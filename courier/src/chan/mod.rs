@@ -60,9 +60,9 @@
 //! default an operation parks the OS thread; a scheduler that installs a [`TaskContext`] while
 //! it runs a fiber makes the same operations park that fiber instead. Finding the current task
 //! is one thread-local load. Where an operation waits for a step another task has already begun
-//! (a `Select` that took a rendezvous receiver's place and has yet to write), a fiber lets its
-//! scheduler run the others ([`Park::yield_now`]) instead of spinning: the task it waits for may
-//! share its thread. `tests/chan_fibers.rs` runs rings, producers and consumers, selects and
+//! (a receiver that took a `Select`'s send on a rendezvous channel, waiting for the selecting
+//! task to write), a fiber lets its scheduler run the others ([`Park::yield_now`]) instead of
+//! spinning: the task it waits for may share its thread. `tests/chan_fibers.rs` runs rings, producers and consumers, selects and
 //! timeouts as fibers of one thread under a minimal scheduler written against this seam.
 //!
 //! # Ordering

@@ -80,9 +80,14 @@ pub trait Park: Send + Sync + 'static {
     /// Lets the scheduler run its other ready tasks, then returns; the task stays ready.
     ///
     /// A channel operation calls this where it waits for another task to finish a step that
-    /// task has already begun: a `Select` that took a rendezvous receiver's place and has yet
-    /// to write its message, a sender between claiming a slot and filling it. Spinning there
-    /// would wait forever if that task shares this one's scheduler thread.
+    /// task has already begun: a receiver that took a `Select`'s send on a rendezvous channel,
+    /// waiting for the selecting task to write; a receiver waiting for a sender between claiming
+    /// a slot and filling it (or the other way round). Spinning there would wait forever if that
+    /// task shares this one's scheduler thread.
+    ///
+    /// Contract: `yield_now` keeps the task ready (it is not a `park`), neither consumes nor
+    /// loses a pending `unpark`, may return at once when nothing else is ready, and, called
+    /// repeatedly, lets every other ready task of the scheduler run.
     fn yield_now(&self);
 
     /// May a waiting channel operation call `std::thread::yield_now` before parking? A fiber
@@ -360,15 +365,13 @@ impl Context {
     #[inline]
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
         // The `curlwp` read: one thread-local load, no call chain.
-        let task = CURRENT_TASK.get();
-        if !task.is_null() {
-            // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as
-            // long as the pointer stays installed, and restores the previous value (even on
-            // unwind) before that borrow ends; so a non-null pointer is live here.
-            let cx = unsafe { &*task };
-            // An operation that a `Park` method runs while the task waits (the scheduler's
-            // own) must not reset the waiting operation's claim word: it takes the thread's
-            // context below.
+        if let Some(cx) = Context::current_task() {
+            // SAFETY: `current_task` returns only installed pointers, which are live.
+            let cx = unsafe { &*cx };
+            // An operation that the task's own `Park` runs (the scheduler's, while the task
+            // waits: `current_task` leaves those out), or one nested in another of its
+            // operations (a message's `Drop` that blocks), must not reset the waiting
+            // operation's claim word: it takes the thread's context below.
             if !cx.inner.busy.load(std::sync::atomic::Ordering::Relaxed) {
                 /// Marks the task idle again when its operation ends, on unwind too.
                 struct Idle<'a>(&'a Context);
@@ -438,7 +441,8 @@ impl Context {
         }
     }
 
-    /// Waits (spinning) for the packet address that the claimer stores right after its claim.
+    /// Waits for the packet address that the claimer stores right after its claim (spinning,
+    /// then stepping aside: `Backoff::snooze`).
     pub(crate) fn wait_packet(&self) -> *mut () {
         let mut backoff = Backoff::new();
         loop {
@@ -513,12 +517,24 @@ impl Context {
         self.inner.parker.park(deadline);
     }
 
-    /// The installed scheduler task, if any (one thread-local load).
+    /// The scheduler task running on this thread, if any, unless it is inside one of its own
+    /// `Park` methods, where an operation acts as the thread's ([`Park`]). One thread-local
+    /// load for a thread.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn current_task() -> Option<*const Context> {
         let task = CURRENT_TASK.get();
-        (!task.is_null()).then_some(task)
+        if task.is_null() {
+            return None;
+        }
+        // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as long
+        // as the pointer stays installed, and restores the previous value (even on unwind)
+        // before that borrow ends; so a non-null pointer is live here.
+        let inside = match &unsafe { &*task }.inner.parker {
+            Parker::Task(parker) => parker.is_inside(),
+            Parker::Thread(_) => false,
+        };
+        (!inside).then_some(task)
     }
 
     /// Wakes the task (after its claim word was set).
@@ -577,16 +593,10 @@ fn current_thread_id() -> usize {
 #[inline]
 fn with_current_task<R>(f: impl FnOnce(Option<&TaskParker>) -> R) -> R {
     #[cfg(not(loom))]
-    {
-        let task = CURRENT_TASK.get();
-        if !task.is_null() {
-            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
-            let cx = unsafe { &*task };
-            if let Parker::Task(task) = &cx.inner.parker {
-                if !task.is_inside() {
-                    return f(Some(task));
-                }
-            }
+    if let Some(cx) = Context::current_task() {
+        // SAFETY: `current_task` returns only installed pointers, which are live.
+        if let Parker::Task(task) = &unsafe { &*cx }.inner.parker {
+            return f(Some(task));
         }
     }
     f(None)
@@ -621,12 +631,9 @@ pub(crate) fn yield_current() {
 #[inline]
 pub(crate) fn current_task_id() -> usize {
     #[cfg(not(loom))]
-    {
-        let task = CURRENT_TASK.get();
-        if !task.is_null() {
-            // SAFETY: as in `Context::with`: a non-null installed pointer is live.
-            return unsafe { &*task }.task_id();
-        }
+    if let Some(cx) = Context::current_task() {
+        // SAFETY: `current_task` returns only installed pointers, which are live.
+        return unsafe { &*cx }.task_id();
     }
     current_thread_id()
 }

@@ -230,7 +230,8 @@ impl<T> Channel<T> {
                 }
             } else if stamp.wrapping_add(self.one_lap) == tail + 1 {
                 // The slot still holds the message of the previous lap: full, unless a receiver
-                // has moved `head` past it meanwhile.
+                // has moved `head` past it meanwhile, and is reading it (or holds it for a
+                // `Select`, whose task may be suspended before it reads: step aside).
                 // SYNC POINT: orders the stamp load above before the `head` load below; partner:
                 // the SeqCst CAS on `head` in `reserve_recv`.
                 fence(Ordering::SeqCst);
@@ -238,7 +239,7 @@ impl<T> Channel<T> {
                 if head.wrapping_add(self.one_lap) == tail {
                     return false;
                 }
-                backoff.spin();
+                backoff.snooze();
                 tail = self.tail.load(Ordering::Relaxed);
             } else {
                 // Another sender claimed this slot and moved `tail` (catch up), or a peer of the
