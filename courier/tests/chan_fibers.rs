@@ -15,11 +15,13 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use courier::chan::{self, Park, Receiver, RecvTimeoutError, Select, Sender, TaskContext};
+
+mod watchdog;
+use watchdog::with_watchdog;
 
 // ===== a single-threaded fiber scheduler =====
 
@@ -160,22 +162,6 @@ fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
     }
 }
 
-/// Runs `f` on a thread of its own; fails if it is not done within `limit` (a fiber that
-/// spins forever waiting for another fiber of its thread never returns).
-fn on_one_thread(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let t = thread::spawn(move || {
-        f();
-        let _ = done_tx.send(());
-    });
-    match done_rx.recv_timeout(limit) {
-        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => t.join().unwrap(),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{name}: not done after {limit:?} (a fiber waits for one that cannot run)")
-        }
-    }
-}
-
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// A channel's two ends.
@@ -195,37 +181,55 @@ fn flavors() -> Vec<(&'static str, Make)> {
 
 // ===== tests =====
 
-/// Seed 003's ring, as fibers on one thread: every task receives from its neighbour and sends
-/// to the next. On a rendezvous channel one message circulates (task 0 sends first); on the
-/// buffered ones every task sends first, so `n` circulate. Every message arrives, in order.
+/// Seed 003's ring as fibers of one thread: task `i` receives on channel `i` and sends on
+/// channel `i + 1`, [`RING_ROUNDS`] times. With `one_token` task 0 sends first and the others
+/// receive first (one message circulates, as a rendezvous ring must); otherwise every task sends
+/// first, so one message per task circulates. Every message arrives, in order.
+fn ring_of_fibers<S: 'static, R: 'static>(
+    channels: Vec<(S, R)>,
+    one_token: bool,
+    send: fn(&S, u64),
+    recv: fn(&R) -> u64,
+) {
+    let (mut txs, rxs): (Vec<S>, Vec<R>) = channels.into_iter().unzip();
+    txs.rotate_left(1);
+    let bodies = txs
+        .into_iter()
+        .zip(rxs)
+        .enumerate()
+        .map(|(i, (tx, rx))| {
+            Box::new(move || {
+                for round in 0..RING_ROUNDS {
+                    if !one_token || i == 0 {
+                        send(&tx, round);
+                        assert_eq!(recv(&rx), round, "task {i}");
+                    } else {
+                        assert_eq!(recv(&rx), round, "task {i}");
+                        send(&tx, round);
+                    }
+                }
+            }) as Box<dyn FnOnce()>
+        })
+        .collect();
+    run_fibers(bodies);
+}
+
+/// Tasks in a ring.
+const RING_TASKS: usize = 16;
+/// Rounds of a ring.
+const RING_ROUNDS: u64 = 500;
+
+/// The ring on every flavor (the rendezvous one with one token).
 #[test]
 fn a_ring_of_fibers_on_one_thread() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
-            const TASKS: usize = 16;
-            const ROUNDS: u64 = 500;
-            let one_token = name == "bounded(0)";
-            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..TASKS).map(|_| make()).unzip();
-            txs.rotate_left(1);
-            let bodies = txs
-                .into_iter()
-                .zip(rxs)
-                .enumerate()
-                .map(|(i, (tx, rx))| {
-                    Box::new(move || {
-                        for round in 0..ROUNDS {
-                            if !one_token || i == 0 {
-                                tx.send(round).unwrap();
-                                assert_eq!(rx.recv(), Ok(round), "task {i}");
-                            } else {
-                                assert_eq!(rx.recv(), Ok(round), "task {i}");
-                                tx.send(round).unwrap();
-                            }
-                        }
-                    }) as Box<dyn FnOnce()>
-                })
-                .collect();
-            run_fibers(bodies);
+        with_watchdog(name, LIMIT, move || {
+            ring_of_fibers(
+                (0..RING_TASKS).map(|_| make()).collect(),
+                name == "bounded(0)",
+                |tx, v| tx.send(v).unwrap(),
+                |rx| rx.recv().unwrap(),
+            );
         });
     }
 }
@@ -236,7 +240,7 @@ fn a_ring_of_fibers_on_one_thread() {
 #[test]
 fn producers_and_consumers_as_fibers() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
+        with_watchdog(name, LIMIT, move || {
             const PRODUCERS: u64 = 4;
             const CONSUMERS: usize = 3;
             const PER_PRODUCER: u64 = 2_000;
@@ -294,7 +298,7 @@ fn producers_and_consumers_as_fibers() {
 #[test]
 fn a_receiver_fiber_waits_for_a_selecting_sender_fiber() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
+        with_watchdog(name, LIMIT, move || {
             const MESSAGES: u64 = 300;
             let (tx_a, rx_a) = make();
             let (tx_b, rx_b) = make();
@@ -339,7 +343,7 @@ fn a_receiver_fiber_waits_for_a_selecting_sender_fiber() {
 #[test]
 fn timeouts_in_fibers() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
+        with_watchdog(name, LIMIT, move || {
             let (tx, rx) = make();
             let ticks = Rc::new(Cell::new(0u64));
             let waited = Rc::new(Cell::new(Duration::ZERO));
@@ -380,7 +384,7 @@ fn timeouts_in_fibers() {
 #[test]
 fn select_ready_and_oneshot_in_fibers() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
+        with_watchdog(name, LIMIT, move || {
             const SENDERS: usize = 3;
             const PER_SENDER: u64 = 1_000;
             let (txs, rxs): (Vec<_>, Vec<_>) = (0..SENDERS).map(|_| make()).unzip();
@@ -448,31 +452,16 @@ fn select_ready_and_oneshot_in_fibers() {
 /// disconnecting. Its blocking parks the fiber through the same seam.
 #[test]
 fn local_channels_between_fibers() {
-    on_one_thread("local", LIMIT, || {
+    with_watchdog("local", LIMIT, || {
         type MakeLocal = fn() -> (chan::local::Sender<u64>, chan::local::Receiver<u64>);
-        let makers: [(&str, MakeLocal); 2] = [
-            ("local::bounded(1)", || chan::local::bounded(1)),
-            ("local::channel", chan::local::channel),
-        ];
-        for (name, make) in makers {
-            const TASKS: usize = 16;
-            const ROUNDS: u64 = 500;
-            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..TASKS).map(|_| make()).unzip();
-            txs.rotate_left(1);
-            let bodies = txs
-                .into_iter()
-                .zip(rxs)
-                .enumerate()
-                .map(|(i, (tx, rx))| {
-                    Box::new(move || {
-                        for round in 0..ROUNDS {
-                            tx.send(round).unwrap();
-                            assert_eq!(rx.recv(), Ok(round), "{name}: task {i}");
-                        }
-                    }) as Box<dyn FnOnce()>
-                })
-                .collect();
-            run_fibers(bodies);
+        let makers: [MakeLocal; 2] = [|| chan::local::bounded(1), chan::local::channel];
+        for make in makers {
+            ring_of_fibers(
+                (0..RING_TASKS).map(|_| make()).collect(),
+                false,
+                |tx, v| tx.send(v).unwrap(),
+                |rx| rx.recv().unwrap(),
+            );
         }
 
         const PER_PRODUCER: u64 = 1_000;
@@ -512,7 +501,7 @@ fn local_channels_between_fibers() {
 #[test]
 fn a_fiber_suspended_between_select_and_completion_stalls_no_one() {
     for (name, make) in flavors() {
-        on_one_thread(name, LIMIT, move || {
+        with_watchdog(name, LIMIT, move || {
             // A selected send, completed only after `go`.
             let (tx, rx) = make();
             let (go_tx, go_rx) = chan::unbounded::<()>();

@@ -11,29 +11,13 @@ use std::time::Duration;
 
 use courier::chan::{self, Receiver, RecvTimeoutError, Select, Sender, TaskContext};
 
+mod watchdog;
+use watchdog::with_watchdog;
+
 /// Messages per producer: small under Miri.
 const PER_PRODUCER: u64 = if cfg!(miri) { 20 } else { 20_000 };
 const PRODUCERS: usize = 6;
 const CONSUMERS: usize = 6;
-
-/// Runs `f` on a thread and fails if it does not finish within `limit`.
-fn with_watchdog(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let t = thread::spawn(move || {
-        f();
-        let _ = done_tx.send(());
-    });
-    match done_rx.recv_timeout(limit) {
-        Ok(()) => t.join().unwrap(),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            // The body panicked: surface its panic.
-            t.join().unwrap();
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{name}: not done after {limit:?} (lost wake-up or deadlock)")
-        }
-    }
-}
 
 /// A channel's two ends.
 type Pair<T> = (Sender<T>, Receiver<T>);
