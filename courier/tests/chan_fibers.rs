@@ -93,8 +93,10 @@ impl Park for FiberPark {
     }
 
     fn may_spin(&self) -> bool {
-        // Spinning cannot see progress that only another fiber of this thread can make.
-        false
+        // Only when no other fiber is ready: spinning cannot see progress that only another
+        // fiber of this thread can make (with nothing else ready, the spin runs out and the
+        // fiber parks; it exercises the channels' spinning path for fibers).
+        self.ready.lock().unwrap().is_empty()
     }
 }
 
