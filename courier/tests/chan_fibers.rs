@@ -28,6 +28,18 @@ use watchdog::with_watchdog;
 thread_local! {
     /// The running fiber's yielder, installed by the scheduler around each resume.
     static YIELDER: Cell<*const Yielder<(), ()>> = const { Cell::new(std::ptr::null()) };
+    /// The running fiber's index and the ready queue it goes back on (for [`yield_fiber`]).
+    static CURRENT_FIBER: std::cell::RefCell<Option<(usize, ReadyQueue)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Lets the other ready fibers run: what a fiber body calls to wait without blocking.
+fn yield_fiber() {
+    let (index, ready) = CURRENT_FIBER
+        .with_borrow(|r| r.clone())
+        .expect("yield_fiber() outside a fiber");
+    ready.lock().unwrap().push_back(index);
+    suspend();
 }
 
 /// Switches from the running fiber back to the scheduler loop.
@@ -107,9 +119,27 @@ struct Fiber {
     yielder: Rc<Cell<*const Yielder<(), ()>>>,
 }
 
-/// Runs `bodies` as fibers on the calling thread until all return. Panics if every unfinished
-/// fiber is parked with nothing left to wake it (a deadlock).
+/// Runs `bodies` as fibers on the calling thread until all return, in FIFO order. Panics if
+/// every unfinished fiber is parked with nothing left to wake it (a deadlock).
 fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
+    run_fibers_in_order(bodies, None);
+}
+
+/// Like [`run_fibers`]; with `shuffle = Some(seed)` the next fiber to run is drawn at random
+/// from the ready ones (the `Park` contract promises no order), so that a seed is one
+/// interleaving of the fibers, repeatable.
+fn run_fibers_in_order(bodies: Vec<Box<dyn FnOnce()>>, shuffle: Option<u64>) {
+    // xorshift64*: enough to pick among a few ready fibers.
+    let mut state = shuffle.map(|seed| seed | 1);
+    let mut pick = move |ready: usize| match state.as_mut() {
+        None => 0,
+        Some(x) => {
+            *x ^= *x >> 12;
+            *x ^= *x << 25;
+            *x ^= *x >> 27;
+            (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % ready
+        }
+    };
     let ready: ReadyQueue = Arc::new(Mutex::new((0..bodies.len()).collect()));
     let mut fibers: Vec<Option<Fiber>> = bodies
         .into_iter()
@@ -137,7 +167,13 @@ fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
     let schedule = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut live = fibers.len();
         while live > 0 {
-            let next = ready.lock().unwrap().pop_front();
+            let next = {
+                let mut ready = ready.lock().unwrap();
+                match ready.len() {
+                    0 => None,
+                    n => ready.remove(pick(n)),
+                }
+            };
             let Some(index) = next else {
                 panic!("deadlock: {live} fiber(s) parked, none ready");
             };
@@ -147,7 +183,9 @@ fn run_fibers(bodies: Vec<Box<dyn FnOnce()>>) {
                 continue;
             };
             YIELDER.set(fiber.yielder.get());
+            CURRENT_FIBER.set(Some((index, ready.clone())));
             let step = fiber.task.run(|| fiber.coroutine.resume(()));
+            CURRENT_FIBER.set(None);
             YIELDER.set(std::ptr::null());
             if let CoroutineResult::Return(()) = step {
                 fibers[index] = None;
@@ -543,6 +581,86 @@ fn a_fiber_suspended_between_select_and_completion_stalls_no_one() {
             let sender: Box<dyn FnOnce()> = Box::new(move || tx.send(cap as u64).unwrap());
             let releaser: Box<dyn FnOnce()> = Box::new(move || go_tx.send(()).unwrap());
             run_fibers(vec![selecting, sender, releaser]);
+        });
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Producers and consumers as fibers of one thread, run in a random (seeded) order: on
+    /// every flavor, every message arrives exactly once and each consumer sees each producer's
+    /// messages in order. Consumers receive by `recv`, by a `Select` (with a channel of their
+    /// own that stays silent), or by `try_recv` and a yield; producers close by dropping.
+    #[test]
+    fn fibers_in_random_orders(
+        flavor in 0..4usize,
+        seed in proptest::prelude::any::<u64>(),
+        producers in 1..4u64,
+        consumers in 1..4usize,
+        per_producer in 1..150u64,
+    ) {
+        let (name, make) = flavors()[flavor];
+        with_watchdog(name, LIMIT, move || {
+            let (tx, rx) = make();
+            let seen: Vec<_> = (0..consumers)
+                .map(|_| Rc::new(std::cell::RefCell::new(Vec::new())))
+                .collect();
+            let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
+            for p in 0..producers {
+                let tx = tx.clone();
+                bodies.push(Box::new(move || {
+                    for k in 0..per_producer {
+                        tx.send(p * per_producer + k).unwrap();
+                    }
+                }));
+            }
+            drop(tx);
+            for (c, mine) in seen.iter().enumerate() {
+                let (rx, mine) = (rx.clone(), mine.clone());
+                bodies.push(Box::new(move || {
+                    let (_quiet_tx, quiet_rx) = chan::bounded::<u64>(1);
+                    loop {
+                        let got = match c % 3 {
+                            0 => rx.recv().ok(),
+                            1 => {
+                                let mut sel = Select::new();
+                                let mine_at = sel.recv(&rx);
+                                sel.recv(&quiet_rx);
+                                let oper = sel.select();
+                                assert_eq!(oper.index(), mine_at, "the quiet channel stays quiet");
+                                oper.recv(&rx).ok()
+                            }
+                            _ => match rx.try_recv() {
+                                Ok(v) => Some(v),
+                                Err(chan::TryRecvError::Disconnected) => None,
+                                Err(chan::TryRecvError::Empty) => {
+                                    yield_fiber();
+                                    continue;
+                                }
+                            },
+                        };
+                        match got {
+                            Some(v) => mine.borrow_mut().push(v),
+                            None => break,
+                        }
+                    }
+                }));
+            }
+            drop(rx);
+            run_fibers_in_order(bodies, Some(seed));
+            let mut all = Vec::new();
+            for mine in &seen {
+                let mine = mine.borrow();
+                for p in 0..producers {
+                    let from_p: Vec<u64> =
+                        mine.iter().copied().filter(|v| v / per_producer == p).collect();
+                    assert!(from_p.windows(2).all(|w| w[0] < w[1]), "{name}: order");
+                }
+                all.extend_from_slice(&mine);
+            }
+            all.sort_unstable();
+            assert!(all == (0..producers * per_producer).collect::<Vec<_>>(), "{name}: loss or duplicate");
         });
     }
 }
