@@ -274,59 +274,92 @@ fn a_ring_of_fibers_on_one_thread() {
     }
 }
 
-/// Producers and consumers as fibers, with a small buffer (or none) so that both sides block
-/// often: every message arrives exactly once, and each consumer sees each producer's messages
-/// in the order they were sent.
+/// `producers` fibers each send `per_producer` numbered messages on one channel of `make`'s and
+/// then drop their sender; `consumers` fibers receive until the channel closes, consumer `c` by
+/// `recv`, by a `Select` (beside a channel of its own that stays silent) or by `try_recv` and a
+/// yield, as `c % 3` says. Fibers run in FIFO order, or in a seeded random one (`shuffle`).
+/// Checks that every message arrives exactly once and that each consumer sees each producer's
+/// messages in the order they were sent.
+fn producers_and_consumers(
+    name: &str,
+    make: Make,
+    (producers, consumers, per_producer): (u64, usize, u64),
+    shuffle: Option<u64>,
+) {
+    let (tx, rx) = make();
+    let seen: Vec<_> = (0..consumers)
+        .map(|_| Rc::new(std::cell::RefCell::new(Vec::new())))
+        .collect();
+    let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
+    for p in 0..producers {
+        let tx = tx.clone();
+        bodies.push(Box::new(move || {
+            for k in 0..per_producer {
+                tx.send(p * per_producer + k).unwrap();
+            }
+        }));
+    }
+    drop(tx);
+    for (c, mine) in seen.iter().enumerate() {
+        let (rx, mine) = (rx.clone(), mine.clone());
+        bodies.push(Box::new(move || {
+            let (_quiet_tx, quiet_rx) = chan::bounded::<u64>(1);
+            loop {
+                let got = match c % 3 {
+                    0 => rx.recv().ok(),
+                    1 => {
+                        let mut sel = Select::new();
+                        let mine_at = sel.recv(&rx);
+                        sel.recv(&quiet_rx);
+                        let oper = sel.select();
+                        assert_eq!(oper.index(), mine_at, "the quiet channel stays quiet");
+                        oper.recv(&rx).ok()
+                    }
+                    _ => match rx.try_recv() {
+                        Ok(v) => Some(v),
+                        Err(chan::TryRecvError::Disconnected) => None,
+                        Err(chan::TryRecvError::Empty) => {
+                            yield_fiber();
+                            continue;
+                        }
+                    },
+                };
+                match got {
+                    Some(v) => mine.borrow_mut().push(v),
+                    None => break,
+                }
+            }
+        }));
+    }
+    drop(rx);
+    run_fibers_in_order(bodies, shuffle);
+    let mut all = Vec::new();
+    for (c, mine) in seen.iter().enumerate() {
+        let mine = mine.borrow();
+        for p in 0..producers {
+            let from_p: Vec<u64> = mine
+                .iter()
+                .copied()
+                .filter(|v| v / per_producer == p)
+                .collect();
+            assert!(
+                from_p.windows(2).all(|w| w[0] < w[1]),
+                "{name}: consumer {c} saw producer {p}'s messages out of order"
+            );
+        }
+        all.extend_from_slice(&mine);
+    }
+    all.sort_unstable();
+    let expected: Vec<u64> = (0..producers * per_producer).collect();
+    assert!(all == expected, "{name}: a message lost or duplicated");
+}
+
+/// Four producers and three consumers (one of each kind) as fibers, on every flavor.
 #[test]
 fn producers_and_consumers_as_fibers() {
     for (name, make) in flavors() {
         with_watchdog(name, LIMIT, move || {
-            const PRODUCERS: u64 = 4;
-            const CONSUMERS: usize = 3;
-            const PER_PRODUCER: u64 = 2_000;
-            let (tx, rx) = make();
-            let seen: Vec<_> = (0..CONSUMERS)
-                .map(|_| Rc::new(std::cell::RefCell::new(Vec::new())))
-                .collect();
-            let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
-            for p in 0..PRODUCERS {
-                let tx = tx.clone();
-                bodies.push(Box::new(move || {
-                    for k in 0..PER_PRODUCER {
-                        tx.send(p * PER_PRODUCER + k).unwrap();
-                    }
-                }));
-            }
-            drop(tx);
-            for mine in &seen {
-                let (rx, mine) = (rx.clone(), mine.clone());
-                bodies.push(Box::new(move || {
-                    for v in rx.iter() {
-                        mine.borrow_mut().push(v);
-                    }
-                }));
-            }
-            drop(rx);
-            run_fibers(bodies);
-            let mut all = Vec::new();
-            for (c, mine) in seen.iter().enumerate() {
-                let mine = mine.borrow();
-                for p in 0..PRODUCERS {
-                    let from_p: Vec<u64> = mine
-                        .iter()
-                        .copied()
-                        .filter(|v| v / PER_PRODUCER == p)
-                        .collect();
-                    assert!(
-                        from_p.windows(2).all(|w| w[0] < w[1]),
-                        "{name}: consumer {c} saw producer {p}'s messages out of order"
-                    );
-                }
-                all.extend_from_slice(&mine);
-            }
-            all.sort_unstable();
-            let expected: Vec<u64> = (0..PRODUCERS * PER_PRODUCER).collect();
-            assert!(all == expected, "{name}: a message lost or duplicated");
+            producers_and_consumers(name, make, (4, 3, 2_000), None);
         });
     }
 }
@@ -588,10 +621,8 @@ fn a_fiber_suspended_between_select_and_completion_stalls_no_one() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
 
-    /// Producers and consumers as fibers of one thread, run in a random (seeded) order: on
-    /// every flavor, every message arrives exactly once and each consumer sees each producer's
-    /// messages in order. Consumers receive by `recv`, by a `Select` (with a channel of their
-    /// own that stays silent), or by `try_recv` and a yield; producers close by dropping.
+    /// Producers and consumers as fibers of one thread ([`producers_and_consumers`]), run in a
+    /// random (seeded) order, on a random flavor.
     #[test]
     fn fibers_in_random_orders(
         flavor in 0..4usize,
@@ -602,65 +633,7 @@ proptest::proptest! {
     ) {
         let (name, make) = flavors()[flavor];
         with_watchdog(name, LIMIT, move || {
-            let (tx, rx) = make();
-            let seen: Vec<_> = (0..consumers)
-                .map(|_| Rc::new(std::cell::RefCell::new(Vec::new())))
-                .collect();
-            let mut bodies: Vec<Box<dyn FnOnce()>> = Vec::new();
-            for p in 0..producers {
-                let tx = tx.clone();
-                bodies.push(Box::new(move || {
-                    for k in 0..per_producer {
-                        tx.send(p * per_producer + k).unwrap();
-                    }
-                }));
-            }
-            drop(tx);
-            for (c, mine) in seen.iter().enumerate() {
-                let (rx, mine) = (rx.clone(), mine.clone());
-                bodies.push(Box::new(move || {
-                    let (_quiet_tx, quiet_rx) = chan::bounded::<u64>(1);
-                    loop {
-                        let got = match c % 3 {
-                            0 => rx.recv().ok(),
-                            1 => {
-                                let mut sel = Select::new();
-                                let mine_at = sel.recv(&rx);
-                                sel.recv(&quiet_rx);
-                                let oper = sel.select();
-                                assert_eq!(oper.index(), mine_at, "the quiet channel stays quiet");
-                                oper.recv(&rx).ok()
-                            }
-                            _ => match rx.try_recv() {
-                                Ok(v) => Some(v),
-                                Err(chan::TryRecvError::Disconnected) => None,
-                                Err(chan::TryRecvError::Empty) => {
-                                    yield_fiber();
-                                    continue;
-                                }
-                            },
-                        };
-                        match got {
-                            Some(v) => mine.borrow_mut().push(v),
-                            None => break,
-                        }
-                    }
-                }));
-            }
-            drop(rx);
-            run_fibers_in_order(bodies, Some(seed));
-            let mut all = Vec::new();
-            for mine in &seen {
-                let mine = mine.borrow();
-                for p in 0..producers {
-                    let from_p: Vec<u64> =
-                        mine.iter().copied().filter(|v| v / per_producer == p).collect();
-                    assert!(from_p.windows(2).all(|w| w[0] < w[1]), "{name}: order");
-                }
-                all.extend_from_slice(&mine);
-            }
-            all.sort_unstable();
-            assert!(all == (0..producers * per_producer).collect::<Vec<_>>(), "{name}: loss or duplicate");
+            producers_and_consumers(name, make, (producers, consumers, per_producer), Some(seed));
         });
     }
 }
