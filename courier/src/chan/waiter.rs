@@ -123,8 +123,9 @@ pub(crate) enum Parker {
 pub(crate) struct TaskParker {
     park: Box<dyn Park>,
     /// Set while the task runs `park` or `yield_now`: a channel operation in there is the
-    /// scheduler's own, and acts as the thread's ([`with_current_task`]). Only the thread that
-    /// runs the task touches it (a plain std atomic: it orders nothing).
+    /// scheduler's own, and acts as the thread's ([`Context::current_task`] leaves the task
+    /// out). Only the thread that runs the task touches it (a plain std atomic: it orders
+    /// nothing).
     inside: std::sync::atomic::AtomicBool,
 }
 
