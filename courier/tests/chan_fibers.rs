@@ -2,9 +2,10 @@
 //!
 //! The case the seam exists for (issue 3): a ring of fibers on one scheduler thread, which
 //! deadlocks on channels that can only park the OS thread. The scheduler here is the smallest
-//! one that keeps the `Park` contract: stackful fibers (`corosensei`), a ready queue (FIFO, or a seeded random order), a
-//! wake-up token per fiber, and a timed park that comes back after the other ready fibers have
-//! had a turn (a spurious return, which the contract allows). When no fiber is ready and some
+//! one that keeps the `Park` contract: stackful fibers (`corosensei`), a ready queue (FIFO, or
+//! a seeded random order), a wake-up token per fiber, and a timed park that comes back after
+//! the other ready fibers have had a turn (a spurious return, which the contract allows). When
+//! no fiber is ready and some
 //! are parked, it reports a deadlock instead of hanging; a fiber that spins forever is caught by
 //! the watchdog.
 
