@@ -5,9 +5,8 @@
 //! one that keeps the `Park` contract: stackful fibers (`corosensei`), a ready queue (FIFO, or
 //! a seeded random order), a wake-up token per fiber, and a timed park that comes back after
 //! the other ready fibers have had a turn (a spurious return, which the contract allows). When
-//! no fiber is ready and some
-//! are parked, it reports a deadlock instead of hanging; a fiber that spins forever is caught by
-//! the watchdog.
+//! no fiber is ready and some are parked, it reports a deadlock instead of hanging; a fiber
+//! that spins forever is caught by the watchdog.
 
 #![cfg(not(loom))]
 
