@@ -8,7 +8,7 @@
 //! lost CAS: spin only; a sender between its claim and its write, or a peer that got to the slot
 //! first: spin, then yield, since that peer may be waiting for this CPU).
 
-use super::waiter::yield_current;
+use super::waiter::{current_may_spin, yield_current};
 use crate::sync;
 
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one
@@ -55,9 +55,15 @@ impl Backoff {
     /// Backs off while waiting for another task to finish a step it has begun: spin, then
     /// step aside ([`yield_current`]: a thread yields its CPU, a fiber lets its scheduler run
     /// the others, one of which may be the task waited for).
+    ///
+    /// A fiber whose scheduler has other tasks ready ([`Park::may_spin`] false) steps aside at
+    /// once: the task it waits for may be one of them, and then no spin on this thread could
+    /// see it progress.
+    ///
+    /// [`Park::may_spin`]: super::Park::may_spin
     #[inline]
     pub(crate) fn snooze(&mut self) {
-        if self.step <= SPIN_LIMIT {
+        if self.step <= SPIN_LIMIT && current_may_spin() {
             for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
                 sync::spin_loop();
             }
