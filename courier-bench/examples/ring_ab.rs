@@ -5,7 +5,10 @@
 //! (default 3 rounds): a ring of `n` threads passes 1,000,000 messages in all, as in
 //! `courier-bench ring` (buffered rings circulate `n` messages, the rendezvous ring one). Prints
 //! each subject's ns per message, sorted. `AB_ONLY=<subject>` runs that subject alone (to
-//! profile it); `AB_MESSAGES=<n>` passes `n` messages a round instead of a million.
+//! profile it); `AB_MESSAGES=<n>` passes `n` messages a round instead of a million;
+//! `AB_PIN=<placement>` pins the ring's threads (CPUs 0 and 1): `one` all on CPU 0, `halves`
+//! the first half of the ring on CPU 0 and the rest on CPU 1, `alternate` every other thread
+//! on CPU 1 (every hop crosses). Unpinned by default, as in the suite.
 
 use std::time::Instant;
 
@@ -36,6 +39,9 @@ where
         .map(|(i, rx)| {
             let tx = txs[(i + 1) % n].take().unwrap();
             std::thread::spawn(move || {
+                if let Some(cpu) = placement(i, n) {
+                    pin(cpu);
+                }
                 let sends_first = !one_token || i == 0;
                 for j in 0..per_task {
                     if sends_first {
@@ -53,6 +59,24 @@ where
         t.join().unwrap();
     }
     start.elapsed().as_nanos() as f64 / (per_task * n) as f64
+}
+
+/// The CPU that `AB_PIN` gives thread `i` of a ring of `n` (`None`: unpinned).
+fn placement(i: usize, n: usize) -> Option<usize> {
+    match std::env::var("AB_PIN").ok()?.as_str() {
+        "" => None,
+        "one" => Some(0),
+        "halves" => Some(i * 2 / n),
+        "alternate" => Some(i % 2),
+        other => panic!("AB_PIN={other}: expected one, halves or alternate"),
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).expect("sched_setaffinity");
 }
 
 fn main() {
