@@ -134,6 +134,44 @@ impl From<IpcError> for TryRecvError {
     }
 }
 
+/// Errors of a non-blocking or timed select over an
+/// [`IpcReceiverSet`](super::IpcReceiverSet).
+#[derive(Debug)]
+pub enum TrySelectError {
+    /// The select failed (a malformed message is a [`WireError`] inside an
+    /// [`io::ErrorKind::InvalidData`] error, as for a receive).
+    IoError(io::Error),
+    /// No message arrived and no channel closed (within the timeout, for a
+    /// timed select).
+    Empty,
+}
+
+impl fmt::Display for TrySelectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySelectError::IoError(e) => write!(f, "I/O error: {e}"),
+            TrySelectError::Empty => {
+                f.write_str("no messages were received and no channel was closed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TrySelectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrySelectError::IoError(e) => Some(e),
+            TrySelectError::Empty => None,
+        }
+    }
+}
+
+impl From<io::Error> for TrySelectError {
+    fn from(e: io::Error) -> Self {
+        TrySelectError::IoError(e)
+    }
+}
+
 /// A malformed message from the peer. The message is dropped with every
 /// descriptor that came with it; the channel stays usable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

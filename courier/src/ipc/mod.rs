@@ -58,6 +58,7 @@ mod config;
 mod err;
 mod handles;
 mod platform;
+mod select;
 mod split;
 mod wire;
 
@@ -71,8 +72,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use self::config::{Config, LargeMessages};
-pub use self::err::{IpcError, SerDeError, TryRecvError, WireError};
+pub use self::err::{IpcError, SerDeError, TryRecvError, TrySelectError, WireError};
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
+pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 use self::split::{Layout, Parts};
 pub use self::wire::MAX_FDS;
 

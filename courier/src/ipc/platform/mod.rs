@@ -19,6 +19,9 @@
 //! * `OsOneShotServer`: `new() -> (server, name)`, `accept(timeout)`, and
 //!   `connect(name) -> OsSender`.
 //! * `channel() -> (OsSender, OsReceiver)`.
+//! * For receiver sets: `OsReceiver::due()`, when a receiver holds a message
+//!   (or a deadline) that its socket's readiness will not announce, and
+//!   `Poller`: `add(fd, key)`, `remove(fd)`, `wait(deadline, keys)`.
 //!
 //! The portable layer (serialization, descriptor tables, the public API)
 //! names none of these types' internals, so a shared-memory data path can be
@@ -26,6 +29,7 @@
 
 pub(crate) mod linux;
 
+pub(crate) use linux::poller::Poller;
 pub(crate) use linux::{
     channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split,
     Wait,

@@ -52,6 +52,7 @@
 //! message is received directly into the final buffer.
 #![allow(unsafe_code)]
 
+pub(crate) mod poller;
 pub(crate) mod shm;
 pub(crate) mod socket;
 
@@ -724,6 +725,23 @@ impl OsReceiver {
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// When this receiver must be read again even if its socket stays quiet:
+    /// now, if a message is complete and not yet handed out; when the oldest
+    /// message still waiting for its descriptors expires (a read that finds
+    /// the socket dry then reports it); `None` if nothing is held. For a
+    /// receiver set, which otherwise waits for its sockets alone.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        let state = self.state.borrow();
+        if !state.ready.is_empty() {
+            return Some(Instant::now());
+        }
+        state
+            .waiting
+            .iter()
+            .map(|m| m.since + DESCRIPTOR_WAIT)
+            .min()
     }
 
     /// Takes the messages read off the socket but not handed out, to send

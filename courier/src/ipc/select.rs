@@ -1,0 +1,257 @@
+//! Receiving from whichever of many channels has a message: ipc-channel's
+//! `IpcReceiverSet`, with its names and signatures.
+//!
+//! ```
+//! use courier::ipc::{self, IpcReceiverSet, IpcSelectionResult};
+//!
+//! let (tx_a, rx_a) = ipc::channel::<String>().unwrap();
+//! let (tx_b, rx_b) = ipc::channel::<u32>().unwrap();
+//! let mut set = IpcReceiverSet::new().unwrap();
+//! let a = set.add(rx_a).unwrap();
+//! let b = set.add(rx_b).unwrap();
+//! tx_b.send(7).unwrap();
+//! drop(tx_b);
+//!
+//! let mut closed = false;
+//! while !closed {
+//!     for event in set.select().unwrap() {
+//!         match event {
+//!             IpcSelectionResult::MessageReceived(id, message) => {
+//!                 assert_eq!(id, b);
+//!                 assert_eq!(message.to::<u32>().unwrap(), 7);
+//!             }
+//!             IpcSelectionResult::ChannelClosed(id) => {
+//!                 assert_eq!(id, b);
+//!                 closed = true;
+//!             }
+//!         }
+//!     }
+//! }
+//! # let _ = (a, tx_a);
+//! ```
+//!
+//! One `epoll` instance watches the receivers' sockets (level-triggered).
+//! A select hands out every message it can read without waiting, in each
+//! channel's order, up to [`DRAIN_LIMIT`] per channel and call (so that one
+//! flooding peer can neither starve the others nor grow one call's result
+//! without bound: the rest is reported by the next call). A channel whose
+//! senders are all gone is reported once as closed, after its last message,
+//! and leaves the set, which closes its socket.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::err::TrySelectError;
+use super::platform::{OsReceiver, Poller, RecvError, Wait};
+use super::{Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver};
+
+/// Messages one select takes from one channel at most; a channel with more
+/// is reported again by the next select.
+pub const DRAIN_LIMIT: usize = 64;
+
+/// A set of receivers that are waited on together. Receivers are moved into
+/// the set and named by the id [`add`](Self::add) returns.
+pub struct IpcReceiverSet {
+    poller: Poller,
+    members: BTreeMap<u64, Member>,
+    next_id: u64,
+    /// An error met after some messages were read: those were returned, and
+    /// this is returned by the next select, so that neither is lost.
+    pending: Option<io::Error>,
+    /// Keys of the members to read, reused between selects.
+    keys: Vec<u64>,
+}
+
+/// A receiver in a set.
+struct Member {
+    os: OsReceiver,
+    /// The receiver's own size limit, if it had one (else the process's).
+    limit: Option<u64>,
+}
+
+/// What a select found: a message or a channel that closed.
+#[derive(Debug)]
+pub enum IpcSelectionResult {
+    /// A message, not yet deserialized, from the receiver of this id.
+    MessageReceived(u64, IpcMessage),
+    /// Every sender of the receiver of this id is gone and its messages were
+    /// all handed out; the receiver has left the set.
+    ChannelClosed(u64),
+}
+
+impl IpcSelectionResult {
+    /// The id and message of a [`MessageReceived`](Self::MessageReceived).
+    ///
+    /// # Panics
+    /// If the result is [`ChannelClosed`](Self::ChannelClosed).
+    pub fn unwrap(self) -> (u64, IpcMessage) {
+        match self {
+            IpcSelectionResult::MessageReceived(id, message) => (id, message),
+            IpcSelectionResult::ChannelClosed(id) => {
+                panic!("IpcSelectionResult::unwrap(): channel {id} closed")
+            }
+        }
+    }
+}
+
+impl IpcReceiverSet {
+    /// An empty set.
+    pub fn new() -> Result<IpcReceiverSet, io::Error> {
+        Ok(IpcReceiverSet {
+            poller: Poller::new()?,
+            members: BTreeMap::new(),
+            next_id: 0,
+            pending: None,
+            keys: Vec::new(),
+        })
+    }
+
+    /// Moves `receiver` into the set; returns the id its results carry. Its
+    /// size limit, if set, goes with it.
+    pub fn add<T>(&mut self, receiver: IpcReceiver<T>) -> Result<u64, io::Error>
+    where
+        T: for<'de> Deserialize<'de> + Serialize,
+    {
+        let limit = receiver.limit.get();
+        self.insert(receiver.os, limit)
+    }
+
+    /// Moves an untyped receiver into the set; returns the id its results
+    /// carry.
+    pub fn add_opaque(&mut self, receiver: OpaqueIpcReceiver) -> Result<u64, io::Error> {
+        self.insert(receiver.os, None)
+    }
+
+    fn insert(&mut self, os: OsReceiver, limit: Option<u64>) -> Result<u64, io::Error> {
+        let id = self.next_id;
+        self.poller.add(os.fd(), id)?;
+        self.next_id += 1;
+        self.members.insert(id, Member { os, limit });
+        Ok(id)
+    }
+
+    /// Waits until at least one receiver has a message or closes, and returns
+    /// what every ready receiver has (see the module docs). An empty set
+    /// waits forever, as ipc-channel's does.
+    pub fn select(&mut self) -> Result<Vec<IpcSelectionResult>, io::Error> {
+        self.select_until(None)
+    }
+
+    /// [`select`](Self::select) without waiting: [`TrySelectError::Empty`] if
+    /// nothing is ready.
+    pub fn try_select(&mut self) -> Result<Vec<IpcSelectionResult>, TrySelectError> {
+        non_empty(self.select_until(Some(Instant::now()))?)
+    }
+
+    /// [`select`](Self::select), waiting at most `duration`:
+    /// [`TrySelectError::Empty`] if nothing was ready by then.
+    pub fn try_select_timeout(
+        &mut self,
+        duration: Duration,
+    ) -> Result<Vec<IpcSelectionResult>, TrySelectError> {
+        non_empty(self.select_until(Instant::now().checked_add(duration))?)
+    }
+
+    /// Waits until a result or `deadline` (`None`: none), and returns the
+    /// results (none: the deadline passed).
+    fn select_until(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<IpcSelectionResult>, io::Error> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
+        loop {
+            // A member holding a complete message, or one whose waiting
+            // message expires, is read without its socket saying so.
+            let due = self.members.values().filter_map(|m| m.os.due()).min();
+            let now = Instant::now();
+            let wake = match (due, deadline) {
+                (Some(due), _) if due <= now => Some(now),
+                (Some(due), Some(deadline)) => Some(due.min(deadline)),
+                (due, deadline) => due.or(deadline),
+            };
+            self.keys.clear();
+            self.poller.wait(wake, &mut self.keys)?;
+            let now = Instant::now();
+            let keys = &mut self.keys;
+            keys.extend(
+                self.members
+                    .iter()
+                    .filter(|(_, m)| m.os.due().is_some_and(|due| due <= now))
+                    .map(|(&id, _)| id),
+            );
+            keys.sort_unstable();
+            keys.dedup();
+            let results = self.read_ready()?;
+            if !results.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(results);
+            }
+            // Only a descriptor packet, or the start of a message whose
+            // descriptors are still to come: wait again.
+        }
+    }
+
+    /// Reads what the members in `self.keys` have, up to [`DRAIN_LIMIT`]
+    /// messages each. An error ends the reading: it is returned at once if
+    /// nothing was read, else kept for the next select.
+    fn read_ready(&mut self) -> Result<Vec<IpcSelectionResult>, io::Error> {
+        let mut results = Vec::new();
+        for &id in &self.keys {
+            let Some(member) = self.members.get(&id) else {
+                continue;
+            };
+            let limit = member.limit.unwrap_or_else(Config::max_message_size_now);
+            for _ in 0..DRAIN_LIMIT {
+                let mut data = Vec::new();
+                match member.os.recv_into(&mut data, Wait::Poll, limit) {
+                    Ok(channels) => results.push(IpcSelectionResult::MessageReceived(
+                        id,
+                        IpcMessage { data, channels },
+                    )),
+                    Err(RecvError::Empty) => break,
+                    Err(RecvError::Disconnected) => {
+                        if let Some(member) = self.members.remove(&id) {
+                            // Closing the socket would drop it from the
+                            // `epoll` set too; removing it first keeps an
+                            // error here from leaving a stale entry.
+                            let _ = self.poller.remove(member.os.fd());
+                        }
+                        results.push(IpcSelectionResult::ChannelClosed(id));
+                        break;
+                    }
+                    Err(e) => {
+                        let e = io::Error::from(IpcError::from(e));
+                        if results.is_empty() {
+                            return Err(e);
+                        }
+                        self.pending = Some(e);
+                        return Ok(results);
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+}
+
+/// A try-select's results: [`TrySelectError::Empty`] if there are none.
+fn non_empty(results: Vec<IpcSelectionResult>) -> Result<Vec<IpcSelectionResult>, TrySelectError> {
+    if results.is_empty() {
+        Err(TrySelectError::Empty)
+    } else {
+        Ok(results)
+    }
+}
+
+impl fmt::Debug for IpcReceiverSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpcReceiverSet")
+            .field("ids", &self.members.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}

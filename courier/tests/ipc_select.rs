@@ -1,0 +1,343 @@
+//! `IpcReceiverSet`: receiving from whichever of many channels has a message,
+//! with ipc-channel's names and signatures.
+//!
+//! Every test holds an `FdCheck` (see `tests/common`): a receiver that leaves
+//! the set must close its socket, and the set its `epoll` instance.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use courier::ipc::{
+    self, IpcMessage, IpcReceiver, IpcReceiverSet, IpcSelectionResult, IpcSender, TrySelectError,
+    WireError, DRAIN_LIMIT,
+};
+use rustix::net::{self, AddressFamily, SendFlags, SocketFlags, SocketType};
+
+mod common;
+use common::fd_check;
+
+/// What a set reported, in order: `Ok((id, message))`, `Err(id)` for a
+/// closed channel.
+type Event = Result<(u64, IpcMessage), u64>;
+
+fn events(results: Vec<IpcSelectionResult>) -> Vec<Event> {
+    results
+        .into_iter()
+        .map(|r| match r {
+            IpcSelectionResult::MessageReceived(id, m) => Ok((id, m)),
+            IpcSelectionResult::ChannelClosed(id) => Err(id),
+        })
+        .collect()
+}
+
+/// The ids of `results`, which must all be closed channels.
+fn closed(results: Vec<IpcSelectionResult>) -> Vec<u64> {
+    events(results)
+        .into_iter()
+        .map(|e| e.expect_err("a message where a closed channel was expected"))
+        .collect()
+}
+
+/// Selects until every id in `ids` has closed; returns each id's messages,
+/// decoded as `u64`, in the order they arrived. Checks that each id closes
+/// once, after its last message.
+fn drain(set: &mut IpcReceiverSet, ids: &[u64]) -> HashMap<u64, Vec<u64>> {
+    let mut got: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut open: Vec<u64> = ids.to_vec();
+    while !open.is_empty() {
+        for event in events(set.select().unwrap()) {
+            match event {
+                Ok((id, message)) => {
+                    assert!(open.contains(&id), "message from {id} after it closed");
+                    got.entry(id)
+                        .or_default()
+                        .push(message.to::<u64>().unwrap());
+                }
+                Err(id) => {
+                    assert!(open.contains(&id), "{id} closed twice (or is unknown)");
+                    open.retain(|&o| o != id);
+                }
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn messages_from_several_channels_carry_their_ids_in_order() {
+    let _check = fd_check();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let mut senders = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = ipc::channel::<u64>().unwrap();
+        ids.push(set.add(rx).unwrap());
+        senders.push(tx);
+    }
+    assert_eq!(ids, [0, 1, 2], "ids count from 0, as ipc-channel's do");
+    // Interleaved, from three threads.
+    let threads: Vec<_> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(k, tx)| {
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    tx.send(k as u64 * 1000 + i).unwrap();
+                }
+            })
+        })
+        .collect();
+    // (More than a socket buffer holds: the senders wait for the select.)
+    let got = drain(&mut set, &ids);
+    for t in threads {
+        t.join().unwrap();
+    }
+    for (k, id) in ids.iter().enumerate() {
+        let expected: Vec<u64> = (0..300).map(|i| k as u64 * 1000 + i).collect();
+        assert_eq!(got[id], expected, "channel {id}");
+    }
+    // Every channel has left the set: nothing more to report.
+    assert!(matches!(set.try_select(), Err(TrySelectError::Empty)));
+}
+
+#[test]
+fn try_select_reports_empty_and_the_timed_one_waits_first() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<u64>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let id = set.add(rx).unwrap();
+    assert!(matches!(set.try_select(), Err(TrySelectError::Empty)));
+    let start = Instant::now();
+    let wait = Duration::from_millis(30);
+    assert!(matches!(
+        set.try_select_timeout(wait),
+        Err(TrySelectError::Empty)
+    ));
+    assert!(start.elapsed() >= wait, "returned before its timeout");
+    tx.send(5).unwrap();
+    let (got, message) = set.try_select().unwrap().pop().unwrap().unwrap();
+    assert_eq!((got, message.to::<u64>().unwrap()), (id, 5));
+    tx.send(6).unwrap();
+    let results = set.try_select_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(results.len(), 1);
+}
+
+#[test]
+fn select_waits_for_a_message_from_another_thread() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<String>().unwrap();
+    let (_idle_tx, idle_rx) = ipc::channel::<String>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    set.add(idle_rx).unwrap();
+    let id = set.add(rx).unwrap();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        tx.send("late".to_owned()).unwrap();
+        tx
+    });
+    let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
+    assert_eq!(got, id);
+    assert_eq!(message.to::<String>().unwrap(), "late");
+    drop(sender.join().unwrap());
+    // The sender is gone: the channel closes, the idle one stays.
+    assert_eq!(closed(set.select().unwrap()), [id]);
+    assert!(matches!(set.try_select(), Err(TrySelectError::Empty)));
+}
+
+#[test]
+fn a_flooding_channel_is_read_in_bounded_turns_and_starves_no_one() {
+    let _check = fd_check();
+    let (flood_tx, flood_rx) = ipc::channel::<u64>().unwrap();
+    let (quiet_tx, quiet_rx) = ipc::channel::<u64>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let flood = set.add(flood_rx).unwrap();
+    let quiet = set.add(quiet_rx).unwrap();
+    // (Within one socket buffer: nothing reads while they are sent.)
+    let total = DRAIN_LIMIT as u64 + 10;
+    for i in 0..total {
+        flood_tx.send(i).unwrap();
+    }
+    quiet_tx.send(42).unwrap();
+    let first = events(set.select().unwrap());
+    let from_flood = first
+        .iter()
+        .filter(|e| matches!(e, Ok((id, _)) if *id == flood))
+        .count();
+    assert_eq!(
+        from_flood, DRAIN_LIMIT,
+        "one select takes at most DRAIN_LIMIT from a channel"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|e| matches!(e, Ok((id, _)) if *id == quiet)),
+        "the quiet channel's message comes in the same select"
+    );
+    drop((flood_tx, quiet_tx));
+    let mut rest = drain(&mut set, &[flood, quiet]);
+    let mut flood_got: Vec<u64> = first
+        .into_iter()
+        .filter_map(|e| match e {
+            Ok((id, m)) if id == flood => Some(m.to::<u64>().unwrap()),
+            _ => None,
+        })
+        .collect();
+    flood_got.extend(rest.remove(&flood).unwrap_or_default());
+    assert_eq!(flood_got, (0..total).collect::<Vec<_>>());
+}
+
+#[test]
+fn channels_travel_through_a_set() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<IpcSender<u32>>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    set.add(rx).unwrap();
+    let (reply_tx, reply_rx) = ipc::channel::<u32>().unwrap();
+    tx.send(reply_tx).unwrap();
+    let (_, message) = set.select().unwrap().pop().unwrap().unwrap();
+    message.to::<IpcSender<u32>>().unwrap().send(9).unwrap();
+    assert_eq!(reply_rx.recv().unwrap(), 9);
+}
+
+#[test]
+fn messages_carrying_channels_from_many_senders_all_arrive() {
+    // Several senders of one channel each send a message's data packet and
+    // then its descriptor packet, so the receiver sees them interleaved and
+    // holds messages whose descriptors are still to come.
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<(u32, u32, IpcSender<u32>)>().unwrap();
+    let (echo_tx, echo_rx) = ipc::channel::<u32>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let id = set.add(rx).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|k| {
+            let tx = tx.clone();
+            let echo_tx = echo_tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    tx.send((k, i, echo_tx.clone())).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop((tx, echo_tx));
+    let mut next = [0u32; 4];
+    let mut open = true;
+    while open {
+        for event in events(set.select().unwrap()) {
+            match event {
+                Ok((got, message)) => {
+                    assert_eq!(got, id);
+                    let (k, i, echo) = message.to::<(u32, u32, IpcSender<u32>)>().unwrap();
+                    assert_eq!(i, next[k as usize], "sender {k}'s order");
+                    next[k as usize] += 1;
+                    echo.send(k * 1000 + i).unwrap();
+                }
+                Err(got) => {
+                    assert_eq!(got, id);
+                    open = false;
+                }
+            }
+        }
+        while echo_rx.try_recv().is_ok() {}
+    }
+    assert_eq!(next, [200; 4]);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn opaque_receivers_and_their_limits_join_a_set() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+    rx.set_max_message_size(64);
+    let (otx, orx) = ipc::channel::<u8>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let limited = set.add(rx).unwrap();
+    let opaque = set.add_opaque(orx.to_opaque()).unwrap();
+    otx.send(3).unwrap();
+    let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
+    assert_eq!((got, message.to::<u8>().unwrap()), (opaque, 3));
+    // Over the receiver's own limit: refused, typed; the next one comes.
+    tx.send(vec![0; 1000]).unwrap();
+    tx.send(vec![1; 8]).unwrap();
+    let err = set.select().unwrap_err();
+    assert!(
+        matches!(wire_error(&err), Some(WireError::TooLarge { .. })),
+        "{err}"
+    );
+    let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
+    assert_eq!(
+        (got, message.to::<Vec<u8>>().unwrap()),
+        (limited, vec![1; 8])
+    );
+}
+
+fn wire_error(e: &std::io::Error) -> Option<WireError> {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<WireError>())
+        .copied()
+}
+
+/// A typed receiver and the raw socket that feeds it (a hostile peer).
+fn raw_pair() -> (OwnedFd, IpcReceiver<u64>) {
+    let (a, b) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    (a, IpcReceiver::from(b))
+}
+
+#[test]
+fn garbage_is_a_typed_error_and_loses_nothing() {
+    let _check = fd_check();
+    let (good_tx, good_rx) = ipc::channel::<u64>().unwrap();
+    let (raw, hostile_rx) = raw_pair();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let good = set.add(good_rx).unwrap();
+    let hostile = set.add(hostile_rx).unwrap();
+    good_tx.send(1).unwrap();
+    good_tx.send(2).unwrap();
+    net::send(&raw, &[0xff; 64], SendFlags::NOSIGNAL).unwrap();
+    // A well-formed message after it, from the same hostile socket: the
+    // 40-byte header of an inline message of one postcard byte (7).
+    let mut ok = Vec::new();
+    ok.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
+    ok.extend_from_slice(&[0, 0, 0, 0]);
+    ok.extend_from_slice(&1u64.to_le_bytes());
+    ok.extend_from_slice(&0u128.to_le_bytes());
+    ok.extend_from_slice(&0u64.to_le_bytes());
+    ok.push(7);
+    net::sendmsg(
+        &raw,
+        &[IoSlice::new(&ok)],
+        &mut Default::default(),
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
+    // The good channel comes first (lower id): its messages are handed out,
+    // and the error waits for the next select.
+    let first: Vec<(u64, u64)> = events(set.select().unwrap())
+        .into_iter()
+        .map(|e| {
+            let (id, m) = e.unwrap();
+            (id, m.to::<u64>().unwrap())
+        })
+        .collect();
+    assert_eq!(first, [(good, 1), (good, 2)]);
+    let err = set.select().unwrap_err();
+    assert!(
+        matches!(wire_error(&err), Some(WireError::BadHeader(_))),
+        "{err}"
+    );
+    let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
+    assert_eq!((got, message.to::<u64>().unwrap()), (hostile, 7));
+    drop(raw);
+    assert_eq!(closed(set.select().unwrap()), [hostile]);
+}
