@@ -11,7 +11,10 @@ use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 
-use courier::ipc::{IpcBytesReceiver, IpcError, IpcReceiver, IpcSender, TryRecvError};
+use courier::ipc::{
+    self, IpcBytesReceiver, IpcError, IpcReceiver, IpcReceiverSet, IpcSelectionResult, IpcSender,
+    TryRecvError, TrySelectError,
+};
 use proptest::prelude::*;
 use rustix::net::{
     self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
@@ -198,6 +201,36 @@ fn good(payload: &[u8]) -> Vec<u8> {
     .bytes()
 }
 
+/// What a receiver set handed out from a good and a hostile channel.
+#[derive(Default)]
+struct Seen {
+    /// The good channel's messages.
+    received: Vec<u32>,
+    /// The well-formed message sent on the hostile socket after the storm.
+    delivered: bool,
+    /// The hostile channel closed.
+    closed: bool,
+}
+
+impl Seen {
+    fn take(&mut self, results: Vec<IpcSelectionResult>, good: u64, hostile: u64) {
+        for result in results {
+            match result {
+                IpcSelectionResult::MessageReceived(id, m) if id == good => {
+                    self.received.push(m.to::<u32>().unwrap())
+                }
+                IpcSelectionResult::MessageReceived(_, m) => {
+                    self.delivered |= m.data() == b"still here"
+                }
+                IpcSelectionResult::ChannelClosed(id) => {
+                    assert_eq!(id, hostile, "only the hostile channel closes");
+                    self.closed = true;
+                }
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::default())] // 256 cases; PROPTEST_CASES=N for a deeper search
 
@@ -244,6 +277,50 @@ proptest! {
             }
             drop(raw);
             drain(|| rx.try_recv());
+        }
+        drop(check); // asserts that every descriptor sent was closed
+    }
+
+    #[test]
+    fn receiver_set_survives_any_packet_sequence(packets in proptest::collection::vec(packet(), 1..12)) {
+        let check = fd_check();
+        {
+            let (raw, theirs) =
+                net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+            let (good_tx, good_rx) = ipc::channel::<u32>().unwrap();
+            let mut set = IpcReceiverSet::new().unwrap();
+            let hostile = set.add(IpcReceiver::<(u8, Option<IpcSender<u8>>)>::from(theirs)).unwrap();
+            let good_id = set.add(good_rx).unwrap();
+            let mut sent = 0;
+            let mut seen = Seen::default();
+            for (p, attach, regions) in &packets {
+                p.send(&raw, *attach, *regions);
+                good_tx.send(sent).unwrap();
+                sent += 1;
+                // Every outcome is a result or a typed error, and ends.
+                for _ in 0..200 {
+                    match set.try_select() {
+                        Ok(results) => seen.take(results, good_id, hostile),
+                        Err(TrySelectError::IoError(_)) => {}
+                        Err(TrySelectError::Empty) => break,
+                    }
+                }
+            }
+            send_raw(&raw, &good(b"still here"), 0, false);
+            drop(raw);
+            for _ in 0..500 {
+                if seen.closed {
+                    break;
+                }
+                match set.try_select_timeout(std::time::Duration::from_secs(5)) {
+                    Ok(results) => seen.take(results, good_id, hostile),
+                    Err(TrySelectError::IoError(_)) => {}
+                    Err(TrySelectError::Empty) => panic!("a hung-up channel must not be empty"),
+                }
+            }
+            prop_assert!(seen.closed, "the hostile channel never closed");
+            prop_assert!(seen.delivered, "the good message on the hostile channel was lost");
+            prop_assert_eq!(seen.received, (0..sent).collect::<Vec<_>>(), "the good channel lost messages");
         }
         drop(check); // asserts that every descriptor sent was closed
     }

@@ -341,3 +341,43 @@ fn garbage_is_a_typed_error_and_loses_nothing() {
     drop(raw);
     assert_eq!(closed(set.select().unwrap()), [hostile]);
 }
+
+#[test]
+fn a_peer_sending_garbage_starves_no_one() {
+    let _check = fd_check();
+    let (raw, hostile_rx) = raw_pair();
+    let (good_tx, good_rx) = ipc::channel::<u64>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    // The hostile channel comes first in every select.
+    set.add(hostile_rx).unwrap();
+    let good = set.add(good_rx).unwrap();
+    for i in 0..20 {
+        net::send(&raw, &[0xff; 64], SendFlags::NOSIGNAL).unwrap();
+        good_tx.send(i).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut errors = 0;
+    for _ in 0..4 {
+        match set.try_select() {
+            Ok(results) => got.extend(events(results).into_iter().map(|e| {
+                let (id, m) = e.unwrap();
+                assert_eq!(id, good);
+                m.to::<u64>().unwrap()
+            })),
+            Err(TrySelectError::IoError(e)) => {
+                assert!(
+                    matches!(wire_error(&e), Some(WireError::BadHeader(_))),
+                    "{e}"
+                );
+                errors += 1;
+            }
+            Err(TrySelectError::Empty) => break,
+        }
+    }
+    assert_eq!(
+        got,
+        (0..20).collect::<Vec<_>>(),
+        "the good channel was served"
+    );
+    assert!(errors >= 1, "the garbage was reported");
+}

@@ -197,10 +197,15 @@ impl IpcReceiverSet {
     }
 
     /// Reads what the members in `self.keys` have, up to [`DRAIN_LIMIT`]
-    /// messages each. An error ends the reading: it is returned at once if
-    /// nothing was read, else kept for the next select.
+    /// messages each. A member whose read fails (a malformed message: its
+    /// channel stays usable) is left for this call and the others are read
+    /// all the same, so that a peer sending garbage cannot starve them; the
+    /// first such error is returned at once if nothing was read, else kept
+    /// for the next select (later ones in the same call are dropped: they
+    /// are reports, and the messages they concern are gone either way).
     fn read_ready(&mut self) -> Result<Vec<IpcSelectionResult>, io::Error> {
         let mut results = Vec::new();
+        let mut error = None;
         for &id in &self.keys {
             let Some(member) = self.members.get(&id) else {
                 continue;
@@ -225,17 +230,19 @@ impl IpcReceiverSet {
                         break;
                     }
                     Err(e) => {
-                        let e = io::Error::from(IpcError::from(e));
-                        if results.is_empty() {
-                            return Err(e);
-                        }
-                        self.pending = Some(e);
-                        return Ok(results);
+                        error.get_or_insert_with(|| io::Error::from(IpcError::from(e)));
+                        break;
                     }
                 }
             }
         }
-        Ok(results)
+        match error {
+            Some(e) if results.is_empty() => Err(e),
+            error => {
+                self.pending = error;
+                Ok(results)
+            }
+        }
     }
 }
 
