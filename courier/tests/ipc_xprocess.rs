@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use courier::ipc::{
-    self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver, IpcSender,
-    TryRecvError,
+    self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver,
+    IpcReceiverSet, IpcSelectionResult, IpcSender, TryRecvError, TrySelectError,
 };
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -385,4 +385,59 @@ fn a_killed_peer_gives_disconnected() {
         }),
         Err(IpcError::Disconnected)
     ));
+}
+
+#[test]
+fn a_receiver_set_sees_each_channel_of_a_killed_peer_close() {
+    let _check = fd_check();
+    let mut peer = spawn_peer();
+    let mut set = IpcReceiverSet::new().unwrap();
+    // Two finite streams, then an endless one, all from the child; and one
+    // channel whose sender this process keeps.
+    let mut ids = Vec::new();
+    for (id, count) in [(1, 100), (2, 100), (0, u32::MAX)] {
+        let (tx, rx) = ipc::channel::<(u32, u32)>().unwrap();
+        ids.push(set.add(rx).unwrap());
+        peer.requests
+            .send(Request::Stream { id, count, to: tx })
+            .unwrap();
+    }
+    let (_kept_tx, kept_rx) = ipc::channel::<(u32, u32)>().unwrap();
+    set.add(kept_rx).unwrap();
+    let stream_of = |set_id: u64| [1, 2, 0][ids.iter().position(|&i| i == set_id).unwrap()];
+    let mut next = HashMap::from([(0u32, 0u32), (1, 0), (2, 0)]);
+    let mut closed = Vec::new();
+    let mut killed = false;
+    while closed.len() < 3 {
+        let results = match set.try_select_timeout(PATIENCE) {
+            Ok(results) => results,
+            Err(TrySelectError::Empty) => panic!("no result within {PATIENCE:?}"),
+            Err(TrySelectError::IoError(e)) => panic!("{e}"),
+        };
+        for result in results {
+            match result {
+                IpcSelectionResult::MessageReceived(set_id, message) => {
+                    let (stream, seq) = message.to::<(u32, u32)>().unwrap();
+                    assert_eq!(stream, stream_of(set_id));
+                    assert_eq!(seq, next[&stream], "stream {stream}'s order");
+                    *next.get_mut(&stream).unwrap() += 1;
+                }
+                IpcSelectionResult::ChannelClosed(set_id) => closed.push(stream_of(set_id)),
+            }
+        }
+        if !killed && next[&0] >= 1000 && next[&1] == 100 && next[&2] == 100 {
+            peer.child.kill().unwrap();
+            peer.child.wait().unwrap();
+            killed = true;
+        }
+    }
+    assert!(
+        killed,
+        "the endless stream closed before the child was killed"
+    );
+    closed.sort();
+    assert_eq!(closed, [0, 1, 2]);
+    assert_eq!((next[&1], next[&2]), (100, 100));
+    // The channel whose sender is still here stays in the set, quiet.
+    assert!(matches!(set.try_select(), Err(TrySelectError::Empty)));
 }
