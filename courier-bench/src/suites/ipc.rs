@@ -22,6 +22,13 @@
 //! reads), so above that size its send runs on a scoped thread per message,
 //! as ipc-channel's own `benches/platform.rs` does.
 //!
+//! # `select_<k>of16`: receiver sets
+//! One thread sends a `u64` on k of the 16 typed channels in a receiver set
+//! (each channel in turn), then selects until all k messages are in and
+//! decodes each (`IpcReceiverSet::select` + `IpcMessage::to`), for k = 1
+//! (one ready channel among 16 idle ones) and k = 16 (all ready); per message.
+//! Subjects: `courier` and `ipc-channel`, with each crate's own set.
+//!
 //! # `rtt_<size>_<placement>`: round trips between two processes
 //! A child echoes every message back on a second channel; both crates use
 //! their own one-shot server to bootstrap and bytes channels to carry the
@@ -116,8 +123,82 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
          floor above one packet = two warm memcpys",
         ic_max_fragment()
     ));
+    receiver_sets(ctx)?;
     round_trips(ctx)
 }
+
+/// Channels in the receiver set of the `select_*` cases.
+const SET_CHANNELS: usize = 16;
+
+/// `select_<k>of16`: k of a set's 16 channels get a message, then the set is
+/// selected until all k are in, by one thread; per message.
+fn receiver_sets(ctx: &mut Ctx<'_>) -> Result<()> {
+    let samples = ctx.samples(30, 100);
+    for ready in [1, SET_CHANNELS] {
+        let case = Case::new(format!("select_{ready}of{SET_CHANNELS}"));
+        if !ctx.wants(&case) {
+            continue;
+        }
+        ctx.status(case.name());
+        let mut subjects = vec![courier_set(ready)?, ipc_channel_set(ready)?];
+        let ops = (2000 / ready * ready) as u64;
+        let sampled = Sampler::new(samples)
+            .warmup(3)
+            .ops(ops)
+            .interleave(&mut subjects)?;
+        drop(subjects);
+        for (subject, s) in ["courier", "ipc-channel"].into_iter().zip(sampled) {
+            ctx.record(&case, subject, "msg_ns", "ns", &s.wall_ns);
+        }
+    }
+    ctx.note(format!(
+        "select_<k>of{SET_CHANNELS}: one thread sends a u64 on k of the {SET_CHANNELS} channels \
+         of a receiver set (in turn), then selects until all k are in and decodes each; per message"
+    ));
+    Ok(())
+}
+
+/// Rounds of `ready` messages making up `ops` messages (at least one round:
+/// the untimed warm turn asks for one message).
+fn rounds(ops: u64, ready: usize) -> u64 {
+    (ops / ready as u64).max(1)
+}
+
+/// A `select_*` subject, `$name`, on the crate `$ipc` (`cr` or `ic`: their
+/// receiver sets have the same API, which is the point of courier's).
+macro_rules! set_subject {
+    ($name:ident, $ipc:ident) => {
+        fn $name(ready: usize) -> Result<Ops<'static, Error>> {
+            let mut set = $ipc::IpcReceiverSet::new()?;
+            let mut txs = Vec::new();
+            for _ in 0..SET_CHANNELS {
+                let (tx, rx) = $ipc::channel::<u64>()?;
+                set.add(rx)?;
+                txs.push(tx);
+            }
+            let mut next = 0;
+            Ok(Box::new(move |ops| {
+                for _ in 0..rounds(ops, ready) {
+                    for _ in 0..ready {
+                        txs[next % SET_CHANNELS].send(next as u64)?;
+                        next += 1;
+                    }
+                    let mut got = 0;
+                    while got < ready {
+                        for result in set.select()? {
+                            black_box(result.unwrap().1.to::<u64>()?);
+                            got += 1;
+                        }
+                    }
+                }
+                Ok(())
+            }))
+        }
+    };
+}
+
+set_subject!(courier_set, cr);
+set_subject!(ipc_channel_set, ic);
 
 fn courier_typed(data: &[u8]) -> Result<Ops<'_, Error>> {
     courier_value(data.to_vec())
