@@ -288,6 +288,19 @@ fn wire_error(e: &std::io::Error) -> Option<WireError> {
         .copied()
 }
 
+/// A data packet's 40-byte header, as `courier::ipc`'s wire format lays it
+/// out: `body` 0 is inline; `nfds` descriptors announced; `total` payload
+/// bytes; `tag` names the message's descriptor packet.
+fn header(body: u8, nfds: u8, total: u64, tag: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(40);
+    h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
+    h.extend_from_slice(&[body, nfds, 0, 0]);
+    h.extend_from_slice(&total.to_le_bytes());
+    h.extend_from_slice(&0u128.to_le_bytes());
+    h.extend_from_slice(&tag.to_le_bytes());
+    h
+}
+
 /// A typed receiver and the raw socket that feeds it (a hostile peer).
 fn raw_pair() -> (OwnedFd, IpcReceiver<u64>) {
     let (a, b) = net::socketpair(
@@ -311,14 +324,9 @@ fn garbage_is_a_typed_error_and_loses_nothing() {
     good_tx.send(1).unwrap();
     good_tx.send(2).unwrap();
     net::send(&raw, &[0xff; 64], SendFlags::NOSIGNAL).unwrap();
-    // A well-formed message after it, from the same hostile socket: the
-    // 40-byte header of an inline message of one postcard byte (7).
-    let mut ok = Vec::new();
-    ok.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
-    ok.extend_from_slice(&[0, 0, 0, 0]);
-    ok.extend_from_slice(&1u64.to_le_bytes());
-    ok.extend_from_slice(&0u128.to_le_bytes());
-    ok.extend_from_slice(&0u64.to_le_bytes());
+    // A well-formed message after it, from the same hostile socket: an
+    // inline message of one postcard byte (7).
+    let mut ok = header(0, 0, 1, 0);
     ok.push(7);
     net::sendmsg(
         &raw,
@@ -391,4 +399,40 @@ fn a_peer_sending_garbage_starves_no_one() {
         "the good channel was served"
     );
     assert!(errors >= 1, "the garbage was reported");
+}
+
+#[test]
+fn a_message_whose_descriptors_never_come_is_given_up_without_a_hang() {
+    // The socket goes quiet after a data packet that announces a descriptor:
+    // the set must still read the receiver when the wait for it runs out
+    // (10 s), and report the loss as what it is.
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let id = set.add(rx).unwrap();
+    net::send(&raw, &header(0, 1, 0, 77), SendFlags::NOSIGNAL).unwrap();
+    let start = Instant::now();
+    match set.try_select_timeout(Duration::from_secs(60)) {
+        Err(TrySelectError::IoError(e)) => {
+            assert!(
+                matches!(wire_error(&e), Some(WireError::DescriptorsMissing)),
+                "{e}"
+            );
+        }
+        Err(TrySelectError::Empty) => panic!("nothing after 60 s"),
+        Ok(results) => panic!(
+            "{} results from a message that never completed",
+            results.len()
+        ),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut ok = header(0, 0, 1, 0);
+    ok.push(8);
+    net::send(&raw, &ok, SendFlags::NOSIGNAL).unwrap();
+    let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
+    assert_eq!((got, message.to::<u64>().unwrap()), (id, 8));
 }
