@@ -27,7 +27,10 @@
 //! (each channel in turn), then selects until all k messages are in and
 //! decodes each (`IpcReceiverSet::select` + `IpcMessage::to`), for k = 1
 //! (one ready channel among 16 idle ones) and k = 16 (all ready); per message.
-//! Subjects: `courier` and `ipc-channel`, with each crate's own set.
+//! Subjects: `courier` and `ipc-channel`, with each crate's own set, and
+//! `floor`: the same packets, 8 bytes, on raw socketpairs under one `epoll`
+//! instance (a `send(2)` per message, an `epoll_wait` per wait and a
+//! `recv(2)` per ready socket: the system calls a set cannot do without).
 //!
 //! # `rtt_<size>_<placement>`: round trips between two processes
 //! A child echoes every message back on a second channel; both crates use
@@ -140,14 +143,14 @@ fn receiver_sets(ctx: &mut Ctx<'_>) -> Result<()> {
             continue;
         }
         ctx.status(case.name());
-        let mut subjects = vec![courier_set(ready)?, ipc_channel_set(ready)?];
+        let mut subjects = vec![courier_set(ready)?, ipc_channel_set(ready)?, set_floor(ready)?];
         let ops = (2000 / ready * ready) as u64;
         let sampled = Sampler::new(samples)
             .warmup(3)
             .ops(ops)
             .interleave(&mut subjects)?;
         drop(subjects);
-        for (subject, s) in ["courier", "ipc-channel"].into_iter().zip(sampled) {
+        for (subject, s) in ["courier", "ipc-channel", "floor"].into_iter().zip(sampled) {
             ctx.record(&case, subject, "msg_ns", "ns", &s.wall_ns);
         }
     }
@@ -199,6 +202,49 @@ macro_rules! set_subject {
 
 set_subject!(courier_set, cr);
 set_subject!(ipc_channel_set, ic);
+
+/// The `select_*` floor: 8-byte packets on 16 raw socketpairs watched by one
+/// `epoll` instance; per message a `send(2)`, and per round an `epoll_wait`
+/// and one `recv(2)` per ready socket, no serialization.
+fn set_floor(ready: usize) -> Result<Ops<'static, Error>> {
+    use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
+    use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    let epoll = epoll::create(CreateFlags::CLOEXEC)?;
+    let mut pairs = Vec::new();
+    for key in 0..SET_CHANNELS {
+        let (a, b) = net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        epoll::add(&epoll, &b, EventData::new_u64(key as u64), EventFlags::IN)?;
+        pairs.push((a, b));
+    }
+    let mut events = Vec::with_capacity(SET_CHANNELS);
+    let mut next = 0;
+    let mut buf = [MaybeUninit::<u8>::uninit(); 64];
+    Ok(Box::new(move |ops| {
+        for _ in 0..rounds(ops, ready) {
+            for _ in 0..ready {
+                let word = (next as u64).to_le_bytes();
+                net::send(&pairs[next % SET_CHANNELS].0, &word, SendFlags::NOSIGNAL)?;
+                next += 1;
+            }
+            let mut got = 0;
+            while got < ready {
+                events.clear();
+                epoll::wait(&epoll, rustix::buffer::spare_capacity(&mut events), None)?;
+                for event in &events {
+                    let rx = &pairs[event.data.u64() as usize].1;
+                    black_box(net::recv(rx, &mut buf[..], RecvFlags::DONTWAIT)?);
+                    got += 1;
+                }
+            }
+        }
+        Ok(())
+    }))
+}
 
 fn courier_typed(data: &[u8]) -> Result<Ops<'_, Error>> {
     courier_value(data.to_vec())
