@@ -436,3 +436,19 @@ fn a_message_whose_descriptors_never_come_is_given_up_without_a_hang() {
     let (got, message) = set.select().unwrap().pop().unwrap().unwrap();
     assert_eq!((got, message.to::<u64>().unwrap()), (id, 8));
 }
+
+#[test]
+fn a_set_can_move_to_another_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<IpcReceiverSet>();
+    is_send::<IpcSelectionResult>();
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<u64>().unwrap();
+    let mut set = IpcReceiverSet::new().unwrap();
+    let id = set.add(rx).unwrap();
+    tx.send(11).unwrap();
+    let (got, message) = std::thread::spawn(move || set.select().unwrap().pop().unwrap().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!((got, message.to::<u64>().unwrap()), (id, 11));
+}

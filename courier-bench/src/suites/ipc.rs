@@ -143,7 +143,11 @@ fn receiver_sets(ctx: &mut Ctx<'_>) -> Result<()> {
             continue;
         }
         ctx.status(case.name());
-        let mut subjects = vec![courier_set(ready)?, ipc_channel_set(ready)?, set_floor(ready)?];
+        let mut subjects = vec![
+            courier_set(ready)?,
+            ipc_channel_set(ready)?,
+            set_floor(ready)?,
+        ];
         let ops = (2000 / ready * ready) as u64;
         let sampled = Sampler::new(samples)
             .warmup(3)

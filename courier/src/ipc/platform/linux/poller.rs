@@ -10,6 +10,7 @@
 //!   [`epoll_wait(2)`](https://man7.org/linux/man-pages/man2/epoll_wait.2.html)
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -26,17 +27,18 @@ const EVENTS: usize = 64;
 /// loop of these.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
-/// An `epoll` instance watching sockets for input, each under a key.
+/// An `epoll` instance watching sockets for input, each under a key. (The
+/// events of a wait live on the waiter's stack: kept here, rustix's event
+/// type, which may hold a pointer, would make the poller `!Send`.)
+#[derive(Debug)]
 pub(crate) struct Poller {
     epoll: OwnedFd,
-    events: Vec<epoll::Event>,
 }
 
 impl Poller {
     pub(crate) fn new() -> io::Result<Self> {
         Ok(Poller {
             epoll: epoll::create(CreateFlags::CLOEXEC)?,
-            events: Vec::with_capacity(EVENTS),
         })
     }
 
@@ -58,24 +60,18 @@ impl Poller {
     /// `deadline` (`None`: no limit), and appends the keys of the ready
     /// sockets to `keys` (none if the deadline passed first). A signal
     /// does not end the wait early.
-    pub(crate) fn wait(
-        &mut self,
-        deadline: Option<Instant>,
-        keys: &mut Vec<u64>,
-    ) -> io::Result<()> {
+    pub(crate) fn wait(&self, deadline: Option<Instant>, keys: &mut Vec<u64>) -> io::Result<()> {
+        let mut events = [const { MaybeUninit::<epoll::Event>::uninit() }; EVENTS];
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let timeout = Timespec::try_from(left.map_or(MAX_WAIT, |left| left.min(MAX_WAIT)))
                 .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-            self.events.clear();
-            match epoll::wait(
-                &self.epoll,
-                rustix::buffer::spare_capacity(&mut self.events),
-                Some(&timeout),
-            ) {
-                Ok(0) if left.is_none_or(|left| left > MAX_WAIT) => continue,
-                Ok(_) => {
-                    keys.extend(self.events.iter().map(|event| event.data.u64()));
+            match epoll::wait(&self.epoll, &mut events[..], Some(&timeout)) {
+                Ok((ready, _)) if ready.is_empty() && left.is_none_or(|left| left > MAX_WAIT) => {
+                    continue
+                }
+                Ok((ready, _)) => {
+                    keys.extend(ready.iter().map(|event| event.data.u64()));
                     return Ok(());
                 }
                 Err(Errno::INTR) => continue,
