@@ -160,12 +160,9 @@ fn a_flooding_channel_is_read_in_bounded_turns_and_starves_no_one() {
         flood_tx.send(i).unwrap();
     }
     quiet_tx.send(42).unwrap();
-    // The first select finds both ready and takes one message from each
-    // (neither gave one in the select before); the next ones drain the
-    // flooding channel, at most DRAIN_LIMIT at a time.
+    // The first select finds both ready: it drains each, at most
+    // DRAIN_LIMIT from the flooding one; the next ones take the rest.
     let first = events(set.select().unwrap());
-    let ids: Vec<u64> = first.iter().map(|e| e.as_ref().unwrap().0).collect();
-    assert_eq!(ids, [flood, quiet], "the quiet channel is served at once");
     let mut flood_got = Vec::new();
     let mut quiet_got = Vec::new();
     for (id, m) in first.into_iter().map(Result::unwrap) {
@@ -176,6 +173,8 @@ fn a_flooding_channel_is_read_in_bounded_turns_and_starves_no_one() {
             quiet_got.push(v);
         }
     }
+    assert_eq!(quiet_got, [42], "the quiet channel is served at once");
+    assert_eq!(flood_got.len(), DRAIN_LIMIT);
     while (flood_got.len() as u64) < total {
         let results = events(set.select().unwrap());
         assert!(
@@ -188,7 +187,6 @@ fn a_flooding_channel_is_read_in_bounded_turns_and_starves_no_one() {
             flood_got.push(m.to::<u64>().unwrap());
         }
     }
-    assert_eq!(quiet_got, [42]);
     drop((flood_tx, quiet_tx));
     assert_eq!(drain(&mut set, &[flood, quiet]).len(), 0, "nothing left");
     assert_eq!(flood_got, (0..total).collect::<Vec<_>>());
@@ -376,7 +374,12 @@ fn a_peer_sending_garbage_starves_no_one() {
     }
     let mut got = Vec::new();
     let mut errors = 0;
-    for _ in 0..4 {
+    // A few selects, far fewer than the 20 garbage packets: a set that
+    // stopped at each error would still be reporting garbage.
+    for _ in 0..6 {
+        if got.len() == 20 && errors > 0 {
+            break;
+        }
         match set.try_select() {
             Ok(results) => got.extend(events(results).into_iter().map(|e| {
                 let (id, m) = e.unwrap();
@@ -440,7 +443,9 @@ fn a_message_whose_descriptors_never_come_is_given_up_without_a_hang() {
 #[test]
 fn a_set_can_move_to_another_thread() {
     fn is_send<T: Send>() {}
+    fn is_sync<T: Sync>() {}
     is_send::<IpcReceiverSet>();
+    is_sync::<IpcReceiverSet>();
     is_send::<IpcSelectionResult>();
     let _check = fd_check();
     let (tx, rx) = ipc::channel::<u64>().unwrap();

@@ -32,13 +32,15 @@
 //!
 //! One `epoll` instance watches the receivers' sockets (level-triggered).
 //! A select waits until a socket is ready (or a receiver holds a message
-//! already read), then reads the ready receivers without waiting: one
-//! message each, or, from one that gave a message in the select before,
-//! every message it has, up to [`DRAIN_LIMIT`] (so that one flooding peer can
-//! neither starve the others nor grow one call's result without bound: the
-//! rest comes with the next call). Each channel's messages come in order. A
-//! channel whose senders are all gone is reported once as closed, after its
-//! last message, and leaves the set, which closes its socket.
+//! already read), then reads the ready receivers without waiting. With
+//! several ready it reads each until its socket is dry, as ipc-channel's set
+//! does, up to [`DRAIN_LIMIT`] messages a channel (so that one flooding peer
+//! can neither starve the others nor grow one call's result without bound:
+//! the rest comes with the next call); a lone ready receiver gives one
+//! message unless it has a backlog, which saves the system call that finds
+//! its socket dry. Each channel's messages come in order. A channel whose
+//! senders are all gone is reported once as closed, after its last message,
+//! and leaves the set, which closes its socket.
 //!
 //! A malformed message from one channel is an error of the select (a
 //! [`WireError`](super::WireError) inside an [`io::ErrorKind::InvalidData`]
@@ -81,6 +83,13 @@ pub struct IpcReceiverSet {
     /// and a wait looks at no other member.
     held: Vec<(u64, Instant)>,
 }
+
+// SAFETY: the receivers' `Cell`s and `RefCell`s are reached only through
+// `&mut self` methods; the one method that takes `&self` (`Debug`) reads
+// nothing but the ids, plain data of the map. So a shared reference lets no
+// two threads touch a receiver (ipc-channel's set is `Sync` too).
+#[allow(unsafe_code)]
+unsafe impl Sync for IpcReceiverSet {}
 
 /// A receiver in a set.
 struct Member {
@@ -226,13 +235,18 @@ impl IpcReceiverSet {
         }
     }
 
-    /// Reads what the members in `self.keys` have. A member that handed out
-    /// a message in the previous read and did not run dry then may have a
-    /// backlog: it is read until its socket is dry, up to [`DRAIN_LIMIT`]
-    /// messages. Any other gives one message: finding out that a socket is
-    /// dry costs a system call of its own, and a member with more is reported
-    /// ready again by the next wait, which serves every member at once
-    /// (`select_1of16`: 4 -> 3 system calls a message).
+    /// Reads what the members in `self.keys` have.
+    ///
+    /// When several are ready, each is read until its socket is dry (up to
+    /// [`DRAIN_LIMIT`] messages), as ipc-channel's set does: a result then
+    /// never shows a later message of one channel without every earlier
+    /// readable message of the others (a peer that sends data on one channel
+    /// and then "done" on another gets the data through first). A lone ready
+    /// member gives one message, unless it gave one in the previous read and
+    /// did not run dry then (a backlog, drained likewise): finding out that a
+    /// socket is dry costs a system call of its own, and a member with more
+    /// is reported ready again by the next wait (`select_1of16`: 4 -> 3
+    /// system calls a message).
     ///
     /// A member whose read fails (a malformed message: its channel stays
     /// usable) is left for this call and the others are read all the same,
@@ -242,6 +256,7 @@ impl IpcReceiverSet {
     /// and the messages they concern are gone either way).
     fn read_ready(&mut self) -> Result<Vec<IpcSelectionResult>, io::Error> {
         self.reads += 1;
+        let several = self.keys.len() > 1;
         let mut results = Vec::new();
         let mut error = None;
         for &id in &self.keys {
@@ -249,7 +264,7 @@ impl IpcReceiverSet {
                 continue;
             };
             let limit = member.limit.unwrap_or_else(Config::max_message_size_now);
-            let drain = member.last_read + 1 == self.reads && !member.dry;
+            let drain = several || (member.last_read + 1 == self.reads && !member.dry);
             let most = if drain { DRAIN_LIMIT } else { 1 };
             member.dry = false;
             for _ in 0..most {
