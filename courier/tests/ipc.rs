@@ -22,6 +22,7 @@ use rustix::net::{
 use serde::{Deserialize, Serialize};
 
 mod common;
+use common::wire::{header, seqpacket_pair, wire_error};
 use common::{fd_check, open_fds};
 
 /// Runs `f` with the process-wide configuration changed, then restores it.
@@ -730,33 +731,10 @@ fn many_threads_share_one_sender() {
 
 // ===== a hostile peer =====
 
-fn wire_error(e: &std::io::Error) -> Option<WireError> {
-    e.get_ref()
-        .and_then(|e| e.downcast_ref::<WireError>())
-        .copied()
-}
-
 /// A bytes receiver and the raw socket that feeds it.
 fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
-    let (a, b) = net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (a, b) = seqpacket_pair();
     (a, IpcBytesReceiver::from(b))
-}
-
-/// A data packet's header, as `courier::ipc`'s wire format lays it out.
-fn header(body: u8, nfds: u8, total: u64, kinds: u128, tag: u64) -> Vec<u8> {
-    let mut h = Vec::with_capacity(40);
-    h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
-    h.extend_from_slice(&[body, nfds, 0, 0]);
-    h.extend_from_slice(&total.to_le_bytes());
-    h.extend_from_slice(&kinds.to_le_bytes());
-    h.extend_from_slice(&tag.to_le_bytes());
-    h
 }
 
 /// A descriptor packet naming `count` descriptors of the message `tag`.

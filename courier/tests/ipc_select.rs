@@ -13,10 +13,11 @@ use courier::ipc::{
     self, IpcMessage, IpcReceiver, IpcReceiverSet, IpcSelectionResult, IpcSender, TrySelectError,
     WireError, DRAIN_LIMIT,
 };
-use rustix::net::{self, AddressFamily, SendFlags, SocketFlags, SocketType};
+use rustix::net::{self, SendFlags};
 
 mod common;
 use common::fd_check;
+use common::wire::{header, seqpacket_pair, wire_error};
 
 /// What a set reported, in order: `Ok((id, message))`, `Err(id)` for a
 /// closed channel.
@@ -280,34 +281,9 @@ fn opaque_receivers_and_their_limits_join_a_set() {
     );
 }
 
-fn wire_error(e: &std::io::Error) -> Option<WireError> {
-    e.get_ref()
-        .and_then(|e| e.downcast_ref::<WireError>())
-        .copied()
-}
-
-/// A data packet's 40-byte header, as `courier::ipc`'s wire format lays it
-/// out: `body` 0 is inline; `nfds` descriptors announced; `total` payload
-/// bytes; `tag` names the message's descriptor packet.
-fn header(body: u8, nfds: u8, total: u64, tag: u64) -> Vec<u8> {
-    let mut h = Vec::with_capacity(40);
-    h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
-    h.extend_from_slice(&[body, nfds, 0, 0]);
-    h.extend_from_slice(&total.to_le_bytes());
-    h.extend_from_slice(&0u128.to_le_bytes());
-    h.extend_from_slice(&tag.to_le_bytes());
-    h
-}
-
 /// A typed receiver and the raw socket that feeds it (a hostile peer).
 fn raw_pair() -> (OwnedFd, IpcReceiver<u64>) {
-    let (a, b) = net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (a, b) = seqpacket_pair();
     (a, IpcReceiver::from(b))
 }
 
@@ -324,7 +300,7 @@ fn garbage_is_a_typed_error_and_loses_nothing() {
     net::send(&raw, &[0xff; 64], SendFlags::NOSIGNAL).unwrap();
     // A well-formed message after it, from the same hostile socket: an
     // inline message of one postcard byte (7).
-    let mut ok = header(0, 0, 1, 0);
+    let mut ok = header(0, 0, 1, 0, 0);
     ok.push(7);
     net::sendmsg(
         &raw,
@@ -413,7 +389,7 @@ fn a_message_whose_descriptors_never_come_is_given_up_without_a_hang() {
     let (raw, rx) = raw_pair();
     let mut set = IpcReceiverSet::new().unwrap();
     let id = set.add(rx).unwrap();
-    net::send(&raw, &header(0, 1, 0, 77), SendFlags::NOSIGNAL).unwrap();
+    net::send(&raw, &header(0, 1, 0, 0, 77), SendFlags::NOSIGNAL).unwrap();
     let start = Instant::now();
     match set.try_select_timeout(Duration::from_secs(60)) {
         Err(TrySelectError::IoError(e)) => {
@@ -433,7 +409,7 @@ fn a_message_whose_descriptors_never_come_is_given_up_without_a_hang() {
         "{:?}",
         start.elapsed()
     );
-    let mut ok = header(0, 0, 1, 0);
+    let mut ok = header(0, 0, 1, 0, 0);
     ok.push(8);
     net::send(&raw, &ok, SendFlags::NOSIGNAL).unwrap();
     let (got, message) = set.select().unwrap().pop().unwrap().unwrap();

@@ -2,6 +2,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+pub mod wire;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The number of descriptors this process has open.

@@ -1,0 +1,40 @@
+//! A hostile peer's tools: raw sockets and hand-made packets of
+//! `courier::ipc`'s wire format. (Not every test binary uses all of them.)
+#![allow(dead_code)]
+
+use std::os::fd::OwnedFd;
+
+use courier::ipc::WireError;
+use rustix::net::{self, AddressFamily, SocketFlags, SocketType};
+
+/// A `SOCK_SEQPACKET` socketpair: one end for a courier receiver, the other
+/// for the test to write raw packets into.
+pub fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
+    net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap()
+}
+
+/// A data packet's 40-byte header, as `courier::ipc`'s wire format lays it
+/// out: `body` 0 is inline; `nfds` descriptors announced, of `kinds`;
+/// `total` payload bytes; `tag` names the message's descriptor packet.
+pub fn header(body: u8, nfds: u8, total: u64, kinds: u128, tag: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(40);
+    h.extend_from_slice(&0xC0C0_5201u32.to_le_bytes());
+    h.extend_from_slice(&[body, nfds, 0, 0]);
+    h.extend_from_slice(&total.to_le_bytes());
+    h.extend_from_slice(&kinds.to_le_bytes());
+    h.extend_from_slice(&tag.to_le_bytes());
+    h
+}
+
+/// The peer's fault inside an I/O error, if that is what it is.
+pub fn wire_error(e: &std::io::Error) -> Option<WireError> {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<WireError>())
+        .copied()
+}
