@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use courier::ipc::{
     self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcOneShotServer, IpcReceiver,
-    IpcReceiverSet, IpcSelectionResult, IpcSender, TryRecvError, TrySelectError,
+    IpcReceiverSet, IpcSelectionResult, IpcSender, IpcSharedMemory, TryRecvError, TrySelectError,
 };
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -50,6 +50,14 @@ enum Request {
     Emit {
         values: Vec<u64>,
         to: IpcSender<u64>,
+    },
+    /// Reply with the hash of `region`, then flip its first byte in place
+    /// and send back a new region of `len` bytes of `fill`, and `region`.
+    Shared {
+        region: IpcSharedMemory,
+        len: usize,
+        fill: u8,
+        reply: IpcSender<(u64, IpcSharedMemory, IpcSharedMemory)>,
     },
     /// Receive `count` byte messages on `from` and reply with the hash of each.
     Drain {
@@ -92,6 +100,19 @@ fn child_entry() {
                 for v in values {
                     to.send(v).unwrap();
                 }
+            }
+            Ok(Request::Shared {
+                mut region,
+                len,
+                fill,
+                reply,
+            }) => {
+                let h = hash(&region);
+                // SAFETY: the parent does not touch the region until it has
+                // the reply, sent after this write.
+                unsafe { region.deref_mut()[0] ^= 0xFF };
+                let fresh = IpcSharedMemory::from_byte(fill, len);
+                reply.send((h, fresh, region)).unwrap();
             }
             Ok(Request::Drain { from, count, reply }) => {
                 for _ in 0..count {
@@ -440,4 +461,28 @@ fn a_receiver_set_sees_each_channel_of_a_killed_peer_close() {
     assert_eq!((next[&1], next[&2]), (100, 100));
     // The channel whose sender is still here stays in the set, quiet.
     assert!(matches!(set.try_select(), Err(TrySelectError::Empty)));
+}
+
+#[test]
+fn shared_memory_between_processes_is_one_memory() {
+    let _check = fd_check();
+    let peer = spawn_peer();
+    let (reply_tx, reply_rx) = ipc::channel().unwrap();
+    let data = pattern(3 << 20, 9);
+    let region = IpcSharedMemory::from_bytes(&data);
+    peer.requests
+        .send(Request::Shared {
+            region: region.clone(),
+            len: 5 << 20,
+            fill: 0x5A,
+            reply: reply_tx,
+        })
+        .unwrap();
+    let (h, fresh, back) = reply_rx.try_recv_timeout(PATIENCE).unwrap();
+    assert_eq!(h, hash(&data), "the child read the parent's bytes");
+    assert_eq!(region[0], data[0] ^ 0xFF, "the child's write shows here");
+    assert_eq!(back, region);
+    assert_eq!(fresh.len(), 5 << 20);
+    assert!(fresh.iter().all(|&b| b == 0x5A));
+    peer.finish();
 }

@@ -47,7 +47,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::bytes_seq;
 use super::err::SerDeError;
-use super::platform::{Backlog, OsReceiver};
+use super::err::WireError;
+use super::platform::{Backlog, OsReceiver, SharedRegion};
 use super::split::{self, Layout, Parts};
 
 thread_local! {
@@ -55,6 +56,9 @@ thread_local! {
     static OUTGOING: RefCell<Outgoing> = const { RefCell::new(Outgoing::IDLE) };
     /// Descriptors that arrived with the message being deserialized.
     static INCOMING: RefCell<Option<Vec<Option<OwnedFd>>>> = const { RefCell::new(None) };
+    /// Bytes of shared memory the message being deserialized may still
+    /// bring: its receiver's size limit less the message's own bytes.
+    static REGION_BUDGET: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The outgoing side of the message being serialized. One per thread, kept
@@ -332,10 +336,13 @@ impl Flavor for Whole<'_> {
 /// Deserializes a `T` from `parts` while the descriptors `fds` are available
 /// to the channel ends inside it; closes the ones nobody took. Sets `seen`
 /// to where the message's first large byte string sat (see [`split`]).
+/// `limit` is the receiver's size limit: the shared-memory regions in the
+/// message may add up to what its bytes leave of it ([`open_region`]).
 pub(crate) fn deserialize_message<T: DeserializeOwned>(
     parts: Parts<'_>,
     fds: Vec<OwnedFd>,
     seen: &Cell<Option<Layout>>,
+    limit: u64,
 ) -> Result<T, SerDeError> {
     // `split` may deserialize twice, which must not run into taken channel
     // ends: a message that carries channels never arrives split.
@@ -348,14 +355,20 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     /// Puts the outer table back when the message is read, or when a
     /// `Deserialize` impl panics: dropping what it takes out closes every
     /// descriptor no channel end claimed.
-    struct Restore(Option<Vec<Option<OwnedFd>>>);
+    struct Restore(Option<Vec<Option<OwnedFd>>>, u64);
     impl Drop for Restore {
         fn drop(&mut self) {
             let outer = self.0.take();
             let _ = INCOMING.try_with(|i| drop(std::mem::replace(&mut *i.borrow_mut(), outer)));
+            let _ = REGION_BUDGET.try_with(|b| b.set(self.1));
         }
     }
-    let _restore = Restore(INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table)));
+    let own = parts.head.len() + parts.string.as_ref().map_or(0, Vec::len) + parts.tail.len();
+    let budget = limit.saturating_sub(own as u64);
+    let _restore = Restore(
+        INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table)),
+        REGION_BUDGET.replace(budget),
+    );
     // Every message goes through the adapter, even one too short to hold a
     // byte string worth splitting off: it is what reads a `Vec<u8>` field as
     // one byte string (`bytes_seq`), which pays from a few dozen bytes. A
@@ -495,5 +508,17 @@ pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
             .ok_or_else(|| D::Error::custom(format!("channel index {index} out of range")))?;
         slot.take()
             .ok_or_else(|| D::Error::custom(format!("channel index {index} used twice")))
+    })
+}
+
+/// Maps a shared-memory region whose descriptor arrived with the message
+/// being deserialized, and charges its size to the message's budget (see
+/// [`deserialize_message`]).
+pub(crate) fn open_region(fd: OwnedFd) -> Result<SharedRegion, WireError> {
+    REGION_BUDGET.with(|b| {
+        let mut budget = b.get();
+        let region = SharedRegion::open(fd, &mut budget);
+        b.set(budget);
+        region
     })
 }

@@ -29,7 +29,9 @@
 //! descriptor packet. A larger payload goes through a pooled, sealed memfd
 //! region (one copy in, one copy out, no page faults once warm), or, with
 //! [`LargeMessages::Fragments`], is fragmented over a socket dedicated to it.
-//! A message carries at most [`MAX_FDS`]` - 1` channels.
+//! A message carries at most [`MAX_FDS`]` - 1` channels and shared-memory
+//! regions ([`IpcSharedMemory`]: memory every process it reaches maps, sent
+//! as a descriptor, never copied).
 //!
 //! # Allocation
 //! Sending allocates nothing once warm: typed messages are encoded into a
@@ -59,6 +61,7 @@ mod err;
 mod handles;
 mod platform;
 mod select;
+mod shmem;
 mod split;
 mod wire;
 
@@ -75,6 +78,7 @@ pub use self::config::{Config, LargeMessages};
 pub use self::err::{IpcError, SerDeError, TryRecvError, TrySelectError, WireError};
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
+pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
 pub use self::wire::MAX_FDS;
 
@@ -309,7 +313,10 @@ where
                 tail: &[],
             },
         };
-        Ok(handles::deserialize_message(parts, fds, &self.layout).map_err(IpcError::from)?)
+        Ok(
+            handles::deserialize_message(parts, fds, &self.layout, limit)
+                .map_err(IpcError::from)?,
+        )
     }
 }
 
@@ -432,6 +439,9 @@ impl fmt::Debug for IpcBytesReceiver {
 pub struct IpcMessage {
     data: Vec<u8>,
     channels: Vec<OwnedFd>,
+    /// The size limit of the receiver it came from, which also bounds the
+    /// shared memory it may bring (`None`: the process's).
+    limit: Option<u64>,
 }
 
 impl IpcMessage {
@@ -440,6 +450,7 @@ impl IpcMessage {
         IpcMessage {
             data,
             channels: Vec::new(),
+            limit: None,
         }
     }
 
@@ -458,7 +469,8 @@ impl IpcMessage {
             string: None,
             tail: &[],
         };
-        handles::deserialize_message(parts, self.channels, &Cell::new(None))
+        let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
+        handles::deserialize_message(parts, self.channels, &Cell::new(None), limit)
     }
 }
 
@@ -519,7 +531,11 @@ impl OpaqueIpcReceiver {
         let limit = Config::max_message_size_now();
         let mut data = Vec::new();
         let channels = self.os.recv_into(&mut data, Wait::Block, limit)?;
-        Ok(IpcMessage { data, channels })
+        Ok(IpcMessage {
+            data,
+            channels,
+            limit: Some(limit),
+        })
     }
 }
 

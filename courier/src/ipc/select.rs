@@ -274,7 +274,11 @@ impl IpcReceiverSet {
                         member.last_read = self.reads;
                         results.push(IpcSelectionResult::MessageReceived(
                             id,
-                            IpcMessage { data, channels },
+                            IpcMessage {
+                                data,
+                                channels,
+                                limit: Some(limit),
+                            },
                         ));
                     }
                     Err(RecvError::Empty) => {

@@ -19,6 +19,10 @@
 //! * `OsOneShotServer`: `new() -> (server, name)`, `accept(timeout)`, and
 //!   `connect(name) -> OsSender`.
 //! * `channel() -> (OsSender, OsReceiver)`.
+//! * `SharedRegion`: `Send + Sync`; `zeroed(len)`, `from_bytes(bytes)`, and
+//!   `open(fd, budget)` for one that arrived in a message, which must refuse
+//!   a region that could shrink under its mapping or exceeds `budget`;
+//!   `as_ptr()`, `len()` and `fd()` (for `ipc::IpcSharedMemory`).
 //! * For receiver sets: `OsReceiver::due()`, when a receiver holds a message
 //!   (or a deadline) that its socket's readiness will not announce, and
 //!   `Poller`: `add(fd, key)`, `remove(fd)`, `wait(deadline, keys)`.
@@ -30,6 +34,7 @@
 pub(crate) mod linux;
 
 pub(crate) use linux::poller::Poller;
+pub(crate) use linux::shm::SharedRegion;
 pub(crate) use linux::{
     channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split,
     Wait,

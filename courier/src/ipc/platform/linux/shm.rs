@@ -1065,3 +1065,116 @@ unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, n: usize) -> Result<(), 
     unsafe { dst.set_len(dst.len() + n) };
     Ok(())
 }
+
+// ===== regions the application holds (`ipc::IpcSharedMemory`) =====
+
+/// A sealed memfd region mapped whole, shared with whichever processes it is
+/// sent to: the memory behind `ipc::IpcSharedMemory`.
+///
+/// Unlike a payload region it has no header: every byte is the
+/// application's, and both sides may write it. Its size is sealed
+/// (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`), so a mapping of it never
+/// reaches past the end of the file, and a received one is checked for that
+/// before it is mapped.
+pub(crate) struct SharedRegion {
+    fd: OwnedFd,
+    map: Mapping,
+}
+
+// SAFETY: the mapping is owned by this value and unmapped only by its drop;
+// the bytes are shared memory that any holder (in any process) may write,
+// which is the contract of `IpcSharedMemory` (its `deref_mut` is unsafe for
+// that reason), not something a thread of this process can make worse.
+unsafe impl Sync for SharedRegion {}
+
+impl SharedRegion {
+    /// A zero-filled region of `len` bytes (`len > 0`). No page is touched:
+    /// a fresh memfd reads as zeros, and pages are allocated as they are
+    /// written.
+    pub(crate) fn zeroed(len: usize) -> Result<SharedRegion, Errno> {
+        let fd = fs::memfd_create(
+            "courier-shared",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        fs::ftruncate(&fd, len as u64)?;
+        SharedRegion::seal_and_map(fd, len)
+    }
+
+    /// A region holding a copy of `bytes` (not empty).
+    ///
+    /// The bytes go in with `write(2)`: the kernel allocates the file's pages
+    /// and copies into them in one pass, where a copy through a fresh mapping
+    /// would take a page fault per page.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<SharedRegion, Errno> {
+        let fd = fs::memfd_create(
+            "courier-shared",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match rustix::io::write(&fd, rest) {
+                Ok(0) => return Err(Errno::NOSPC),
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        SharedRegion::seal_and_map(fd, bytes.len())
+    }
+
+    fn seal_and_map(fd: OwnedFd, len: usize) -> Result<SharedRegion, Errno> {
+        fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let map = Mapping::map(fd.as_fd(), len)?;
+        Ok(SharedRegion { fd, map })
+    }
+
+    /// Maps a region that arrived in a message, after checking it: shared
+    /// memory (not hugetlbfs, see [`not_hugetlbfs`]), sealed against
+    /// shrinking and growing, not empty, and no larger than `budget`, which
+    /// it is then charged to (the receiver's size limit covers the regions a
+    /// message brings: touching a region's pages allocates them).
+    ///
+    /// The mapping is writable, as the sender's is: a region sealed against
+    /// writes, or a descriptor opened read-only, is refused here rather than
+    /// fault when written through `deref_mut`.
+    pub(crate) fn open(fd: OwnedFd, budget: &mut u64) -> Result<SharedRegion, WireError> {
+        // Seals before size, as in `MapCache::copy_out`: a region sealed
+        // against shrinking cannot get shorter than the size read after.
+        let seals = fs::fcntl_get_seals(&fd).map_err(|_| WireError::BadRegion)?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(WireError::BadRegion);
+        }
+        not_hugetlbfs(fd.as_fd())?;
+        let stat = fs::fstat(&fd).map_err(|_| WireError::BadRegion)?;
+        let size = u64::try_from(stat.st_size).map_err(|_| WireError::BadRegion)?;
+        if size == 0 {
+            // An empty region travels without a descriptor.
+            return Err(WireError::BadRegion);
+        }
+        if size > *budget {
+            return Err(WireError::TooLarge {
+                claimed: size,
+                limit: *budget,
+            });
+        }
+        let len = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
+        let map = Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        *budget -= size;
+        Ok(SharedRegion { fd, map })
+    }
+
+    /// The first byte of the mapping (page-aligned, never null).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr.as_ptr()
+    }
+
+    /// The region's size in bytes (not 0).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// The memfd, for sending.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

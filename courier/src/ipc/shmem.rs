@@ -1,0 +1,208 @@
+//! Shared memory that travels inside messages: ipc-channel's
+//! `IpcSharedMemory`, over a sealed memfd.
+//!
+//! A region is created once, with its bytes, and then sent by embedding it
+//! in a message, any number of times and to any number of processes; every
+//! copy maps the same memory, so sending it costs a descriptor, not its
+//! bytes. Serialized, a region is the index of its descriptor in the
+//! message's table (see [`handles`](super::handles)), or nothing for an
+//! empty one.
+//!
+//! # Against ipc-channel
+//! - A received region is checked before it is mapped: it must be shared
+//!   memory sealed against shrinking and growing (an unsealed one could be
+//!   truncated under the mapping and raise `SIGBUS` on the next read; ipc-channel
+//!   maps whatever it is given), and the regions of one message may add up to
+//!   no more than the receiver's size limit left after the message's bytes
+//!   (reading a region's pages allocates them). A region that fails is a
+//!   [`SerDeError`](super::SerDeError), and its descriptor is closed.
+//! - `clone` shares the mapping (a reference count); ipc-channel duplicates
+//!   the descriptor and maps it again, at every clone and at every send. The
+//!   bytes seen are the same either way: one memory, however many mappings.
+//! - `from_bytes` writes the bytes into the file with `write(2)`, one pass
+//!   in the kernel, instead of a copy that faults in every page of a fresh
+//!   mapping; `from_byte(0, len)` touches nothing.
+//! - [`IpcSharedMemory::try_from_bytes`] and [`try_from_byte`](IpcSharedMemory::try_from_byte)
+//!   report a failure to create the region (out of memory or descriptors),
+//!   where the ipc-channel names panic.
+//!
+//! # Who may write
+//! Every holder of a region, in every process it reached, may write it
+//! ([`IpcSharedMemory::deref_mut`], unsafe for that reason), so the bytes
+//! behind a `&[u8]` can change while it is held unless the application
+//! keeps to one writer at a time, as with ipc-channel. A peer that writes
+//! a region it sent can change what its receiver reads, never make the
+//! receiver read outside the region.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::handles::{self, Descriptor};
+use super::platform::SharedRegion;
+
+/// A region of shared memory that can be sent inside messages; every
+/// process it reaches maps the same bytes. It dereferences to `[u8]`.
+///
+/// ```
+/// use courier::ipc::{self, IpcSharedMemory};
+///
+/// let (tx, rx) = ipc::channel::<IpcSharedMemory>().unwrap();
+/// let region = IpcSharedMemory::from_bytes(b"a frame");
+/// tx.send(region.clone()).unwrap();
+/// let received = rx.recv().unwrap();
+/// assert_eq!(&received[..], b"a frame");
+/// assert_eq!(received, region);
+/// ```
+#[derive(Clone, Default)]
+pub struct IpcSharedMemory {
+    /// `None`: empty (no region: `mmap` cannot map zero bytes).
+    region: Option<Arc<SharedRegion>>,
+}
+
+impl IpcSharedMemory {
+    /// A region holding a copy of `bytes`.
+    ///
+    /// # Panics
+    /// If the region cannot be created (out of memory or descriptors); see
+    /// [`try_from_bytes`](Self::try_from_bytes).
+    pub fn from_bytes(bytes: &[u8]) -> IpcSharedMemory {
+        Self::try_from_bytes(bytes)
+            .unwrap_or_else(|e| panic!("cannot create a shared memory region: {e}"))
+    }
+
+    /// A region of `length` bytes, each `byte`.
+    ///
+    /// # Panics
+    /// If the region cannot be created; see [`try_from_byte`](Self::try_from_byte).
+    pub fn from_byte(byte: u8, length: usize) -> IpcSharedMemory {
+        Self::try_from_byte(byte, length)
+            .unwrap_or_else(|e| panic!("cannot create a shared memory region: {e}"))
+    }
+
+    /// A region holding a copy of `bytes`, or why it could not be created.
+    pub fn try_from_bytes(bytes: &[u8]) -> Result<IpcSharedMemory, io::Error> {
+        if bytes.is_empty() {
+            return Ok(IpcSharedMemory::default());
+        }
+        Ok(IpcSharedMemory::wrap(SharedRegion::from_bytes(bytes)?))
+    }
+
+    /// A region of `length` bytes, each `byte`, or why it could not be
+    /// created. With `byte == 0` no page is touched until used.
+    pub fn try_from_byte(byte: u8, length: usize) -> Result<IpcSharedMemory, io::Error> {
+        if length == 0 {
+            return Ok(IpcSharedMemory::default());
+        }
+        let region = SharedRegion::zeroed(length)?;
+        if byte != 0 {
+            // SAFETY: the region was just created and is ours alone: no other
+            // mapping or reference to its `len()` bytes exists yet.
+            unsafe { std::ptr::write_bytes(region.as_ptr(), byte, region.len()) };
+        }
+        Ok(IpcSharedMemory::wrap(region))
+    }
+
+    fn wrap(region: SharedRegion) -> IpcSharedMemory {
+        IpcSharedMemory {
+            region: Some(Arc::new(region)),
+        }
+    }
+
+    /// The bytes, writable.
+    ///
+    /// # Safety
+    /// No other reference to these bytes may be in use meanwhile: not
+    /// through a clone of this value, nor through a copy of the region in
+    /// another process, which sees every write. (The same contract as
+    /// ipc-channel's: keep to one holder at a time, for example by sending
+    /// the region on and dropping it.)
+    pub unsafe fn deref_mut(&mut self) -> &mut [u8] {
+        match &self.region {
+            // SAFETY: the mapping is `len()` bytes, writable, and lives as
+            // long as `self`; the caller guarantees that nothing else reads
+            // or writes it while the returned borrow lives.
+            Some(region) => unsafe {
+                std::slice::from_raw_parts_mut(region.as_ptr(), region.len())
+            },
+            None => &mut [],
+        }
+    }
+
+    /// The bytes, copied into a vector (the region stays with whoever else
+    /// holds it). Always `Some`: the `Option` is ipc-channel's signature.
+    pub fn take(self) -> Option<Vec<u8>> {
+        Some(self.to_vec())
+    }
+}
+
+impl Deref for IpcSharedMemory {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match &self.region {
+            // SAFETY: the mapping is `len()` bytes and lives as long as
+            // `self`. Writers through `deref_mut` (here or in another
+            // process) are excluded by that method's contract.
+            Some(region) => unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) },
+            None => &[],
+        }
+    }
+}
+
+impl PartialEq for IpcSharedMemory {
+    /// Compares the bytes.
+    fn eq(&self, other: &IpcSharedMemory) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for IpcSharedMemory {}
+
+impl fmt::Debug for IpcSharedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpcSharedMemory")
+            .field("len", &self.len())
+            .field("bytes", &&self[..self.len().min(32)])
+            .finish()
+    }
+}
+
+impl Serialize for IpcSharedMemory {
+    /// Writes the index of a duplicate of the region's descriptor, which
+    /// the send passes along; only an IPC send can serialize a non-empty
+    /// region.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.region
+            .as_ref()
+            .map(|region| RegionFd(region.fd()))
+            .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for IpcSharedMemory {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let Some(Descriptor(fd)) = Option::<Descriptor>::deserialize(deserializer)? else {
+            return Ok(IpcSharedMemory::default());
+        };
+        let region = handles::open_region(fd)
+            .map_err(|e| D::Error::custom(format!("a shared memory region: {e}")))?;
+        Ok(IpcSharedMemory::wrap(region))
+    }
+}
+
+/// A region's descriptor, written as its index in the outgoing table.
+struct RegionFd<'a>(BorrowedFd<'a>);
+
+impl Serialize for RegionFd<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        handles::serialize_fd(self.0, serializer)
+    }
+}

@@ -1,0 +1,187 @@
+//! `courier::ipc::IpcSharedMemory`: regions inside messages, and regions a
+//! hostile peer hands over.
+
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
+use courier::ipc::{self, IpcError, IpcReceiver, IpcSharedMemory, TryRecvError};
+use rustix::fs::{self, MemfdFlags, SealFlags};
+use rustix::net::{self, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use serde::{Deserialize, Serialize};
+
+mod common;
+use common::fd_check;
+use common::wire::{header, seqpacket_pair};
+
+#[test]
+fn regions_arrive_with_their_bytes_and_empty_ones_with_none() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Vec<IpcSharedMemory>>().unwrap();
+    let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    let regions = vec![
+        IpcSharedMemory::from_bytes(&bytes),
+        IpcSharedMemory::from_bytes(&[]),
+        IpcSharedMemory::from_byte(0, 10_000),
+        IpcSharedMemory::from_byte(0xA5, 4097),
+        IpcSharedMemory::from_byte(1, 0),
+    ];
+    tx.send(regions.clone()).unwrap();
+    let got = rx.recv().unwrap();
+    assert_eq!(got, regions);
+    assert_eq!(&got[0][..], &bytes[..]);
+    assert!(got[1].is_empty() && got[4].is_empty());
+    assert!(got[2].iter().all(|&b| b == 0) && got[2].len() == 10_000);
+    assert!(got[3].iter().all(|&b| b == 0xA5) && got[3].len() == 4097);
+    assert_eq!(got[0].clone().take().unwrap(), bytes);
+    assert_eq!(IpcSharedMemory::default().take(), Some(Vec::new()));
+}
+
+#[test]
+fn every_copy_maps_the_same_memory() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<IpcSharedMemory>().unwrap();
+    let mut original = IpcSharedMemory::from_byte(0, 8192);
+    tx.send(original.clone()).unwrap();
+    let received = rx.recv().unwrap();
+    // SAFETY: no reference into the region is in use while this one is.
+    unsafe { original.deref_mut()[8191] = 42 };
+    assert_eq!(
+        received[8191], 42,
+        "a write shows through the received copy"
+    );
+    let clone = received.clone();
+    tx.send(received).unwrap();
+    let mut again = rx.recv().unwrap();
+    // SAFETY: as above.
+    unsafe { again.deref_mut()[0] = 7 };
+    assert_eq!((original[0], clone[0]), (7, 7));
+}
+
+#[test]
+fn a_region_outside_a_send_is_an_error_not_a_panic() {
+    let region = IpcSharedMemory::from_bytes(b"not for postcard");
+    assert!(postcard::to_allocvec(&region).is_err());
+    // An empty one has no descriptor, so it serializes anywhere.
+    let empty = postcard::to_allocvec(&IpcSharedMemory::default()).unwrap();
+    let back: IpcSharedMemory = postcard::from_bytes(&empty).unwrap();
+    assert!(back.is_empty());
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct Two(IpcSharedMemory, IpcSharedMemory);
+
+#[test]
+fn the_receivers_limit_covers_the_regions_of_a_message() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Two>().unwrap();
+    rx.set_max_message_size(100_000);
+    let small = IpcSharedMemory::from_byte(1, 40_000);
+    tx.send(Two(small.clone(), small.clone())).unwrap();
+    assert_eq!(rx.recv().unwrap().1, small, "80 KB of regions fit 100 KB");
+    let large = IpcSharedMemory::from_byte(2, 60_000);
+    tx.send(Two(large.clone(), large.clone())).unwrap();
+    assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
+    // The refused message's descriptors are closed (fd_check), and the
+    // channel goes on.
+    tx.send(Two(small.clone(), IpcSharedMemory::default()))
+        .unwrap();
+    assert_eq!(rx.recv().unwrap().0, small);
+}
+
+/// A sealed memfd of `len` bytes, with `seals`.
+fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
+    let fd = fs::memfd_create("hostile", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+    fs::ftruncate(&fd, len).unwrap();
+    fs::fcntl_add_seals(&fd, seals).unwrap();
+    fd
+}
+
+/// Sends, as a hostile peer would, a message holding one region: the
+/// encoding of a present `IpcSharedMemory` (descriptor 0), then `fd`.
+fn send_region(raw: &OwnedFd, fd: &OwnedFd, tag: u64) {
+    // postcard: `Some` (1), then index 0 (a varint).
+    let mut packet = header(0, 1, 2, 0, tag);
+    packet.extend_from_slice(&[1, 0]);
+    net::send(raw, &packet, SendFlags::NOSIGNAL).unwrap();
+    let mut fds_packet = Vec::new();
+    fds_packet.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    fds_packet.extend_from_slice(&1u32.to_le_bytes());
+    fds_packet.extend_from_slice(&tag.to_le_bytes());
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd.as_fd()];
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    net::sendmsg(
+        raw,
+        &[IoSlice::new(&fds_packet)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
+}
+
+#[test]
+fn regions_a_peer_could_shrink_or_that_are_not_shared_memory_are_refused() {
+    let _check = fd_check();
+    let (raw, rx) = {
+        let (a, b) = seqpacket_pair();
+        (a, IpcReceiver::<IpcSharedMemory>::from(b))
+    };
+    rx.set_max_message_size(1 << 20);
+    let unsealed = memfd(4096, SealFlags::empty());
+    let shrinkable = memfd(4096, SealFlags::GROW);
+    let write_sealed = memfd(4096, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE);
+    let too_large = memfd(2 << 20, SealFlags::SHRINK | SealFlags::GROW);
+    let empty = memfd(0, SealFlags::SHRINK | SealFlags::GROW);
+    let pipe = rustix::pipe::pipe().unwrap().0;
+    let good = memfd(4096, SealFlags::SHRINK | SealFlags::GROW);
+    // The same sealed region, but a descriptor that cannot map it writable.
+    let read_only = fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&good)),
+        fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
+        fs::Mode::empty(),
+    )
+    .unwrap();
+    let hostile = [
+        &unsealed,
+        &shrinkable,
+        &write_sealed,
+        &too_large,
+        &empty,
+        &pipe,
+        &read_only,
+    ];
+    for (tag, fd) in hostile.iter().enumerate() {
+        send_region(&raw, fd, tag as u64);
+        match rx.try_recv() {
+            Err(TryRecvError::IpcError(IpcError::SerializationError(_))) => {}
+            other => panic!("hostile region {tag}: {other:?}"),
+        }
+    }
+    // Nothing of them stays open here, and the channel still works.
+    send_region(&raw, &good, 99);
+    let mut region = rx.try_recv().unwrap();
+    assert_eq!(region.len(), 4096);
+    // SAFETY: the test holds no other reference into the region.
+    unsafe { region.deref_mut()[0] = 3 };
+    assert_eq!(region[0], 3);
+    drop(raw);
+    assert!(matches!(
+        rx.try_recv(),
+        Err(TryRecvError::IpcError(IpcError::Disconnected))
+    ));
+}
+
+#[test]
+fn an_unsealed_region_truncated_after_sending_cannot_fault_the_receiver() {
+    // The attack the seal check stops: had the receiver mapped this region,
+    // the truncation would make every read of it raise SIGBUS.
+    let _check = fd_check();
+    let (a, b) = seqpacket_pair();
+    let rx = IpcReceiver::<IpcSharedMemory>::from(b);
+    let fd = memfd(1 << 20, SealFlags::empty());
+    send_region(&a, &fd, 5);
+    fs::ftruncate(&fd, 0).unwrap();
+    assert!(rx.try_recv().is_err());
+}
