@@ -32,6 +32,16 @@
 //! instance (a `send(2)` per message, an `epoll_wait` per wait and a
 //! `recv(2)` per ready socket: the system calls a set cannot do without).
 //!
+//! # `shm_<size>`, `shm_new_<size>`: shared memory inside messages
+//! `IpcSharedMemory` on each crate's typed channel, by one thread, per
+//! message, for regions of 4 KiB to 4 MiB: `shm` sends the region it
+//! received last and receives it, then reads one byte of every page of it
+//! (what a receiver that uses the region cannot avoid: mapping it and
+//! faulting its pages in); `shm_new` first creates the region with
+//! `from_bytes` (the cost of sharing fresh bytes), then does the same. The
+//! regions are the crates' own (courier: a sealed memfd, checked on arrival;
+//! ipc-channel: an unsealed one, mapped again at every clone and send).
+//!
 //! # `rtt_<size>_<placement>`: round trips between two processes
 //! A child echoes every message back on a second channel; both crates use
 //! their own one-shot server to bootstrap and bytes channels to carry the
@@ -127,8 +137,77 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         ic_max_fragment()
     ));
     receiver_sets(ctx)?;
+    shared_memory(ctx)?;
     round_trips(ctx)
 }
+
+/// `shm_<size>` and `shm_new_<size>`: see the module docs.
+fn shared_memory(ctx: &mut Ctx<'_>) -> Result<()> {
+    let samples = ctx.samples(30, 100);
+    let sizes: &[usize] = if ctx.full() {
+        &[4 << 10, 64 << 10, 1 << 20, 4 << 20]
+    } else {
+        &[64 << 10, 4 << 20]
+    };
+    for &size in sizes {
+        let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        for new in [false, true] {
+            let case = Case::sized(if new { "shm_new" } else { "shm" }, size as u64);
+            if !ctx.wants(&case) {
+                continue;
+            }
+            ctx.status(case.name());
+            let mut subjects = vec![courier_shm(&data, new)?, ipc_channel_shm(&data, new)?];
+            let ops = (BYTES_PER_SAMPLE / size).clamp(1, 200) as u64;
+            let sampled = Sampler::new(samples)
+                .warmup(3)
+                .ops(ops)
+                .interleave(&mut subjects)?;
+            drop(subjects);
+            for (subject, s) in ["courier", "ipc-channel"].into_iter().zip(sampled) {
+                ctx.record(&case, subject, "msg_ns", "ns", &s.wall_ns);
+            }
+        }
+    }
+    ctx.note(
+        "shm_<size>: one thread sends the IpcSharedMemory it received last, receives it and reads \
+         a byte of every page; shm_new_<size>: the same after creating it with from_bytes; per message",
+    );
+    Ok(())
+}
+
+/// Reads one byte of every page of `bytes`, as a receiver that uses a region
+/// must at least do (each page of a fresh mapping faults once).
+fn touch_pages(bytes: &[u8]) -> u8 {
+    bytes.iter().step_by(4096).fold(0, |acc, &b| acc ^ b)
+}
+
+/// A `shm*` subject on the crate `$ipc` (`cr` or `ic`, whose
+/// `IpcSharedMemory` APIs are the same).
+macro_rules! shm_subject {
+    ($name:ident, $ipc:ident) => {
+        fn $name(data: &[u8], new: bool) -> Result<Ops<'_, Error>> {
+            let (tx, rx) = $ipc::channel::<$ipc::IpcSharedMemory>()?;
+            let mut region = Some($ipc::IpcSharedMemory::from_bytes(data));
+            Ok(Box::new(move |ops| {
+                for _ in 0..ops {
+                    let sent = match new {
+                        true => $ipc::IpcSharedMemory::from_bytes(data),
+                        false => region.take().expect("received back"),
+                    };
+                    tx.send(sent)?;
+                    let got = rx.recv()?;
+                    black_box(touch_pages(&got));
+                    region = Some(got);
+                }
+                Ok(())
+            }))
+        }
+    };
+}
+
+shm_subject!(courier_shm, cr);
+shm_subject!(ipc_channel_shm, ic);
 
 /// Channels in the receiver set of the `select_*` cases.
 const SET_CHANNELS: usize = 16;
