@@ -11,7 +11,20 @@ use rustix::net::{self, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use serde::{Deserialize, Serialize};
 
 mod common;
-use common::fd_check;
+use common::FdCheck;
+
+/// `common::fd_check`, which also lets go of the dropped regions courier
+/// keeps mapped (bounded, but open descriptors all the same) before it
+/// counts.
+fn fd_check() -> impl Drop {
+    struct Unmapped(#[allow(dead_code)] FdCheck);
+    impl Drop for Unmapped {
+        fn drop(&mut self) {
+            IpcSharedMemory::unmap_dropped();
+        }
+    }
+    Unmapped(common::fd_check())
+}
 use common::wire::{header, seqpacket_pair};
 
 #[test]
@@ -184,4 +197,35 @@ fn an_unsealed_region_truncated_after_sending_cannot_fault_the_receiver() {
     send_region(&a, &fd, 5);
     fs::ftruncate(&fd, 0).unwrap();
     assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn a_region_that_comes_back_finds_its_mapping() {
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<IpcSharedMemory>().unwrap();
+    let region = IpcSharedMemory::from_byte(9, 256 << 10);
+    let at = region.as_ptr();
+    tx.send(region).unwrap();
+    let back = rx.recv().unwrap();
+    assert_eq!(back.as_ptr(), at, "the dropped region's mapping, reused");
+    assert!(back.iter().all(|&b| b == 9));
+    // A region received while a copy is still in use maps it again.
+    tx.send(back.clone()).unwrap();
+    let second = rx.recv().unwrap();
+    assert_ne!(second.as_ptr(), back.as_ptr());
+    assert_eq!(second, back);
+}
+
+#[test]
+fn the_dropped_regions_kept_are_bounded() {
+    let _check = fd_check();
+    let before = common::open_fds();
+    let regions: Vec<_> = (0..10u8)
+        .map(|i| IpcSharedMemory::from_byte(i, 64 << 10))
+        .collect();
+    drop(regions);
+    let kept = common::open_fds() - before;
+    assert!((1..=4).contains(&kept), "{kept} kept");
+    IpcSharedMemory::unmap_dropped();
+    assert_eq!(common::open_fds(), before);
 }

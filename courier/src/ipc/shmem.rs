@@ -7,32 +7,6 @@
 //! bytes. Serialized, a region is the index of its descriptor in the
 //! message's table (see [`handles`](super::handles)), or nothing for an
 //! empty one.
-//!
-//! # Against ipc-channel
-//! - A received region is checked before it is mapped: it must be shared
-//!   memory sealed against shrinking and growing (an unsealed one could be
-//!   truncated under the mapping and raise `SIGBUS` on the next read; ipc-channel
-//!   maps whatever it is given), and the regions of one message may add up to
-//!   no more than the receiver's size limit left after the message's bytes
-//!   (reading a region's pages allocates them). A region that fails is a
-//!   [`SerDeError`](super::SerDeError), and its descriptor is closed.
-//! - `clone` shares the mapping (a reference count); ipc-channel duplicates
-//!   the descriptor and maps it again, at every clone and at every send. The
-//!   bytes seen are the same either way: one memory, however many mappings.
-//! - `from_bytes` writes the bytes into the file with `write(2)`, one pass
-//!   in the kernel, instead of a copy that faults in every page of a fresh
-//!   mapping; `from_byte(0, len)` touches nothing.
-//! - [`IpcSharedMemory::try_from_bytes`] and [`try_from_byte`](IpcSharedMemory::try_from_byte)
-//!   report a failure to create the region (out of memory or descriptors),
-//!   where the ipc-channel names panic.
-//!
-//! # Who may write
-//! Every holder of a region, in every process it reached, may write it
-//! ([`IpcSharedMemory::deref_mut`], unsafe for that reason), so the bytes
-//! behind a `&[u8]` can change while it is held unless the application
-//! keeps to one writer at a time, as with ipc-channel. A peer that writes
-//! a region it sent can change what its receiver reads, never make the
-//! receiver read outside the region.
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -49,6 +23,38 @@ use super::platform::SharedRegion;
 
 /// A region of shared memory that can be sent inside messages; every
 /// process it reaches maps the same bytes. It dereferences to `[u8]`.
+///
+/// # Against ipc-channel
+/// - A received region is checked before it is mapped: it must be shared
+///   memory sealed against shrinking and growing (an unsealed one could be
+///   truncated under the mapping and raise `SIGBUS` on the next read; ipc-channel
+///   maps whatever it is given), and the regions of one message may add up to
+///   no more than the receiver's size limit left after the message's bytes
+///   (reading a region's pages allocates them). A region that fails is a
+///   [`SerDeError`](crate::ipc::SerDeError), and its descriptor is closed.
+/// - `clone` shares the mapping (a reference count); ipc-channel duplicates
+///   the descriptor and maps it again, at every clone and at every send. The
+///   bytes seen are the same either way: one memory, however many mappings.
+/// - A dropped region of 64 KiB or more stays mapped for a while, and one
+///   that arrives is looked up there first: a region that goes out and
+///   comes back (a buffer lent to a worker) finds its pages mapped, where a
+///   fresh mapping would fault every page in again (~0.4 ms for 4 MiB
+///   here). At most 4 regions and 32 MiB are kept, each with a descriptor;
+///   [`IpcSharedMemory::unmap_dropped`] lets go of them at once.
+/// - `from_bytes` writes the bytes into the file with `write(2)`, one pass
+///   in the kernel, instead of a copy that faults in every page of a fresh
+///   mapping; `from_byte(0, len)` touches nothing.
+/// - [`IpcSharedMemory::try_from_bytes`] and [`try_from_byte`](IpcSharedMemory::try_from_byte)
+///   report a failure to create the region (out of memory or descriptors),
+///   where the ipc-channel names panic.
+///
+/// # Who may write
+/// Every holder of a region, in every process it reached, may write it
+/// ([`IpcSharedMemory::deref_mut`], unsafe for that reason), so the bytes
+/// behind a `&[u8]` can change while it is held unless the application
+/// keeps to one writer at a time, as with ipc-channel. A peer that writes
+/// a region it sent can change what its receiver reads, never make the
+/// receiver read outside the region.
 ///
 /// ```
 /// use courier::ipc::{self, IpcSharedMemory};
@@ -133,6 +139,13 @@ impl IpcSharedMemory {
             },
             None => &mut [],
         }
+    }
+
+    /// Lets go at once of the dropped regions this process keeps mapped in
+    /// case they come back (see the module docs): their memory, unless
+    /// another process still holds them, and their descriptors.
+    pub fn unmap_dropped() {
+        super::platform::unpark_all();
     }
 
     /// The bytes, copied into a vector (the region stays with whoever else

@@ -22,7 +22,8 @@
 //! * `SharedRegion`: `Send + Sync`; `zeroed(len)`, `from_bytes(bytes)`, and
 //!   `open(fd, budget)` for one that arrived in a message, which must refuse
 //!   a region that could shrink under its mapping or exceeds `budget`;
-//!   `as_ptr()`, `len()` and `fd()` (for `ipc::IpcSharedMemory`).
+//!   `as_ptr()`, `len()` and `fd()` (for `ipc::IpcSharedMemory`); and
+//!   `unpark_all()`, which lets go of whatever it keeps of dropped regions.
 //! * For receiver sets: `OsReceiver::due()`, when a receiver holds a message
 //!   (or a deadline) that its socket's readiness will not announce, and
 //!   `Poller`: `add(fd, key)`, `remove(fd)`, `wait(deadline, keys)`.
@@ -34,7 +35,7 @@
 pub(crate) mod linux;
 
 pub(crate) use linux::poller::Poller;
-pub(crate) use linux::shm::SharedRegion;
+pub(crate) use linux::shm::{unpark_all, SharedRegion};
 pub(crate) use linux::{
     channel, connect, Backlog, OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split,
     Wait,
