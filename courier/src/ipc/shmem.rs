@@ -35,7 +35,7 @@ use super::platform::SharedRegion;
 /// - `clone` shares the mapping (a reference count); ipc-channel duplicates
 ///   the descriptor and maps it again, at every clone and at every send. The
 ///   bytes seen are the same either way: one memory, however many mappings.
-/// - A dropped region of 64 KiB or more stays mapped for a while, and one
+/// - A dropped region (up to 32 MiB) stays mapped for a while, and one
 ///   that arrives is looked up there first: a region that goes out and
 ///   comes back (a buffer lent to a worker) finds its pages mapped, where a
 ///   fresh mapping would fault every page in again (~0.4 ms for 4 MiB

@@ -1080,10 +1080,11 @@ unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, n: usize) -> Result<(), 
 /// # A region that comes back finds its mapping
 /// Mapping a region is cheap; faulting its pages in is not: ~0.4 µs a page
 /// here, 0.4 ms for 4 MiB, about all that a round trip of a touched region
-/// costs (`courier-bench ipc --case shm`). Regions tend to travel back and
+/// costs (`courier-bench ipc --case shm`); even a one-page region's fresh
+/// mapping, fault and `munmap` cost ~8 µs. Regions tend to travel back and
 /// forth (a buffer handed to a worker and returned), and a sender usually
-/// drops its copy once sent. So a dropped region of [`PARK_MIN`] bytes or
-/// more stays mapped for a while, [parked](Parked), and a region that
+/// drops its copy once sent. So a dropped region stays mapped for a while,
+/// [parked](Parked), and a region that
 /// arrives is looked up there first, by inode: back from its trip, it reuses
 /// the mapping with its pages already in. A parked region holds its memory
 /// and a descriptor: at most [`PARKED_REGIONS`] of them and
@@ -1105,9 +1106,6 @@ struct Parked {
     key: Option<(u64, u64)>,
 }
 
-/// Dropped regions smaller than this are let go at once: they have few
-/// pages to fault in again.
-const PARK_MIN: usize = 64 << 10;
 /// Most regions parked at a time.
 const PARKED_REGIONS: usize = 4;
 /// Most bytes parked at a time (a larger region is never parked).
@@ -1250,7 +1248,7 @@ impl Drop for SharedRegion {
 /// of a touched region takes a while).
 fn park(mut region: Parked) {
     let len = region.map.len;
-    if !(PARK_MIN..=PARKED_BYTES).contains(&len) {
+    if len > PARKED_BYTES {
         return;
     }
     if region.key.is_none() {
