@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p courier-bench --example seq_count
-//! for s in courier crossbeam flume; do
+//! for s in courier crossbeam flume std; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/tmp/seq.$s \
 //!         target/release/examples/seq_count $s 2>&1 | grep Collected
 //! done
@@ -33,6 +33,13 @@ fn main() {
                 black_box(rx.recv().unwrap());
             });
         }
+        Some("std") => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            (0..MESSAGES).for_each(|i| tx.send(i).unwrap());
+            (0..MESSAGES).for_each(|_| {
+                black_box(rx.recv().unwrap());
+            });
+        }
         Some("courier") => {
             let (tx, rx) = courier::chan::unbounded();
             (0..MESSAGES).for_each(|i| tx.send(i).unwrap());
@@ -40,6 +47,6 @@ fn main() {
                 black_box(rx.recv().unwrap());
             });
         }
-        _ => eprintln!("usage: seq_count courier|crossbeam|flume"),
+        _ => eprintln!("usage: seq_count courier|crossbeam|flume|std"),
     }
 }
