@@ -14,6 +14,9 @@ use crate::sync;
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one
 /// scheduling point (each `spin_loop` is one; more would only grow the model).
 const SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 6 };
+/// Where [`Backoff::contended`] starts (under loom: at the cap, one scheduling point a
+/// round, as everywhere).
+const CONTENDED_STEP: u32 = if cfg!(loom) { 0 } else { 4 };
 /// Rounds after which a wait has backed off enough to park ([`Backoff::is_completed`]: the
 /// brief poll of a bounded channel's receivers); `snooze` itself keeps yielding.
 const YIELD_LIMIT: u32 = 10;
@@ -32,6 +35,25 @@ impl Backoff {
     #[inline]
     pub(crate) const fn new() -> Backoff {
         Backoff { step: 0 }
+    }
+
+    /// A backoff for a loop whose CAS races other threads for one word (the unbounded
+    /// flavor's `tail` and `head`): its first lost race already spins 2^[`CONTENDED_STEP`]
+    /// `pause`s instead of one.
+    ///
+    /// A lost race means the word's line has just moved to the winner's CPU, and the winner
+    /// is likely to want it again at once (a sender streaming its next message); taking it
+    /// straight back makes both of them pay a transfer a message. Measured with
+    /// `AB_CAP=unbounded AB_RECEIVERS=4|1 buffered_ab 4 5 barrier` (four senders, four
+    /// receivers or one), builds in turn (session 19, BENCHMARKS.md): crossbeam-channel's time
+    /// over courier's went from 1.0-1.2x to 1.14-1.18x (4 x 4) and from 1.05-1.26x to
+    /// 1.06-1.44x (4 x 1) in the fast mode; starting at 2^2 or 2^6 measured no better than 2^4
+    /// in the slow mode, and retrying with no spin at all measured 1.5-2x slower (fast mode).
+    #[inline]
+    pub(crate) const fn contended() -> Backoff {
+        Backoff {
+            step: CONTENDED_STEP,
+        }
     }
 
     /// Backs off after a lost CAS race: spinning only, never yielding (the winner has finished

@@ -556,7 +556,7 @@ impl<T> Channel<T> {
     /// [`reserve_send`](Self::reserve_send) in every case.
     #[inline(never)]
     fn reserve_send_loop(&self, token: &mut ListToken) -> bool {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::contended();
         let mut tail = self.tail.index.load(Ordering::Acquire);
         let mut block = self.tail.block.load(Ordering::Acquire);
         let mut next_block: Option<Box<Block<T>>> = None;
@@ -771,7 +771,7 @@ impl<T> Channel<T> {
     /// [`reserve_recv`](Self::reserve_recv) in every case.
     #[inline(never)]
     fn reserve_recv_loop(&self, token: &mut ListToken) -> bool {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::contended();
         let mut head = self.head.index.load(Ordering::Acquire);
         let mut block = self.head.block.load(Ordering::Acquire);
         loop {
