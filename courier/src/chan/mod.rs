@@ -190,6 +190,7 @@ impl<T> Sender<T> {
     }
 
     /// Sends, waiting for room if the channel is full. Fails only if every receiver is gone.
+    #[inline]
     pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
         self.send_impl(msg, None).map_err(|e| match e {
             SendTimeoutError::Disconnected(m) => SendError(m),
@@ -317,6 +318,7 @@ impl<T> Receiver<T> {
     }
 
     /// Receives, waiting for a message. Fails once the channel is empty and every sender gone.
+    #[inline]
     pub fn recv(&self) -> Result<T, RecvError> {
         self.recv_impl(None).map_err(|_| RecvError)
     }
