@@ -229,3 +229,39 @@ fn the_dropped_regions_kept_are_bounded() {
     IpcSharedMemory::unmap_dropped();
     assert_eq!(common::open_fds(), before);
 }
+
+#[test]
+fn a_message_with_one_bad_region_closes_the_good_ones_too() {
+    let _check = fd_check();
+    let (raw, rx) = {
+        let (a, b) = seqpacket_pair();
+        (a, IpcReceiver::<Two>::from(b))
+    };
+    let good = memfd(8192, SealFlags::SHRINK | SealFlags::GROW);
+    let bad = memfd(8192, SealFlags::empty());
+    // postcard: `Some(0)`, `Some(1)`.
+    let mut packet = header(0, 2, 4, 0, 7);
+    packet.extend_from_slice(&[1, 0, 1, 1]);
+    net::send(&raw, &packet, SendFlags::NOSIGNAL).unwrap();
+    let mut fds_packet = Vec::new();
+    fds_packet.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    fds_packet.extend_from_slice(&2u32.to_le_bytes());
+    fds_packet.extend_from_slice(&7u64.to_le_bytes());
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [good.as_fd(), bad.as_fd()];
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    net::sendmsg(
+        &raw,
+        &[IoSlice::new(&fds_packet)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
+    assert!(matches!(
+        rx.try_recv(),
+        Err(TryRecvError::IpcError(IpcError::SerializationError(_)))
+    ));
+    // The good region was mapped, then dropped with the failed message: it
+    // is parked, not leaked (`fd_check` counts after `unmap_dropped`).
+}
