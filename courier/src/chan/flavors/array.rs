@@ -513,11 +513,26 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Sends: the common case (room at once) inline, waiting out of line, so that the
+    /// callers' frames carry only what the common case needs.
+    #[inline]
     pub(crate) fn send(
         &self,
-        mut msg: T,
+        msg: T,
         deadline: Option<Instant>,
     ) -> Result<(), SendTimeoutError<T>> {
+        let token = &mut ArrayToken::default();
+        if self.reserve_send(token) {
+            // SAFETY: `reserve_send` returned true for this token.
+            return unsafe { self.write_reserved(token, msg) }
+                .map_err(SendTimeoutError::Disconnected);
+        }
+        self.send_slow(msg, deadline)
+    }
+
+    /// [`send`](Self::send) in every case.
+    #[inline(never)]
+    fn send_slow(&self, mut msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
         // Capacity one polls registered (module docs, "Waiting").
         let poll_claim = self.cap == 1;
@@ -614,7 +629,22 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Receives: the common case (a message at once) inline, waiting out of line (as
+    /// [`send`](Self::send)).
+    #[inline]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let token = &mut ArrayToken::default();
+        if self.reserve_recv(token) {
+            // SAFETY: `reserve_recv` returned true for this token.
+            return unsafe { self.read_reserved(token) }
+                .map_err(|()| RecvTimeoutError::Disconnected);
+        }
+        self.recv_slow(deadline)
+    }
+
+    /// [`recv`](Self::recv) in every case.
+    #[inline(never)]
+    fn recv_slow(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
         loop {
             // Fast path, then a spin while a sender is about to deliver: adaptive at capacity

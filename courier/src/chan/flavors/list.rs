@@ -903,7 +903,52 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Receives: the common case inline (a backlog, `HAS_NEXT`: the message is there, or its
+    /// sender is writing it), everything else out of line, so that the callers' frames carry
+    /// only what the common case needs.
+    #[inline]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let token = &mut ListToken::default();
+        if self.claim_filled(token) {
+            // SAFETY: `claim_filled` claimed this position for this call.
+            return unsafe { self.read_reserved(token) }
+                .map_err(|()| RecvTimeoutError::Disconnected);
+        }
+        self.recv_slow(deadline)
+    }
+
+    /// Claims the position at `head` if `HAS_NEXT` says it holds a message (or will once its
+    /// sender's write lands), as [`claim`](Self::claim) does; `false`, claiming nothing, in
+    /// every other case.
+    #[inline]
+    fn claim_filled(&self, token: &mut ListToken) -> bool {
+        let head = self.head.index.load(Ordering::Acquire);
+        let block = self.head.block.load(Ordering::Acquire);
+        let offset = (head >> SHIFT) % LAP;
+        if head & HAS_NEXT == 0 || offset + 1 >= BLOCK_CAP || block.is_null() {
+            return false;
+        }
+        // SYNC POINT: as in `claim`.
+        let claimed = self
+            .head
+            .index
+            .compare_exchange_weak(
+                head,
+                head + (1 << SHIFT),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if claimed {
+            token.block = block as *const u8;
+            token.offset = offset;
+        }
+        claimed
+    }
+
+    /// [`recv`](Self::recv) in every case.
+    #[inline(never)]
+    fn recv_slow(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             // No time to wait: a position claimed ahead would only be given up again.
             return self.try_recv().map_err(|e| match e {

@@ -214,6 +214,7 @@ impl<T> Channel<T> {
         }
     }
 
+    #[inline(never)]
     pub(crate) fn send(
         &self,
         msg: T,
@@ -277,6 +278,7 @@ impl<T> Channel<T> {
         }
     }
 
+    #[inline(never)]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut Token::default();
         let mut inner = self.lock();
