@@ -114,16 +114,21 @@ fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
 /// encoding of a present `IpcSharedMemory` (descriptor 0), then `fd`.
 fn send_region(raw: &OwnedFd, fd: &OwnedFd, tag: u64) {
     // postcard: `Some` (1), then index 0 (a varint).
-    let mut packet = header(0, 1, 2, 0, tag);
-    packet.extend_from_slice(&[1, 0]);
+    send_message(raw, &[1, 0], &[fd], tag);
+}
+
+/// Sends `payload` as an inline message whose descriptor packet brings `fds`.
+fn send_message(raw: &OwnedFd, payload: &[u8], fds: &[&OwnedFd], tag: u64) {
+    let mut packet = header(0, fds.len() as u8, payload.len() as u64, 0, tag);
+    packet.extend_from_slice(payload);
     net::send(raw, &packet, SendFlags::NOSIGNAL).unwrap();
     let mut fds_packet = Vec::new();
     fds_packet.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
-    fds_packet.extend_from_slice(&1u32.to_le_bytes());
+    fds_packet.extend_from_slice(&(fds.len() as u32).to_le_bytes());
     fds_packet.extend_from_slice(&tag.to_le_bytes());
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = [fd.as_fd()];
+    let fds: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
     net::sendmsg(
         raw,
@@ -240,24 +245,7 @@ fn a_message_with_one_bad_region_closes_the_good_ones_too() {
     let good = memfd(8192, SealFlags::SHRINK | SealFlags::GROW);
     let bad = memfd(8192, SealFlags::empty());
     // postcard: `Some(0)`, `Some(1)`.
-    let mut packet = header(0, 2, 4, 0, 7);
-    packet.extend_from_slice(&[1, 0, 1, 1]);
-    net::send(&raw, &packet, SendFlags::NOSIGNAL).unwrap();
-    let mut fds_packet = Vec::new();
-    fds_packet.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
-    fds_packet.extend_from_slice(&2u32.to_le_bytes());
-    fds_packet.extend_from_slice(&7u64.to_le_bytes());
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = [good.as_fd(), bad.as_fd()];
-    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
-    net::sendmsg(
-        &raw,
-        &[IoSlice::new(&fds_packet)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )
-    .unwrap();
+    send_message(&raw, &[1, 0, 1, 1], &[&good, &bad], 7);
     assert!(matches!(
         rx.try_recv(),
         Err(TryRecvError::IpcError(IpcError::SerializationError(_)))

@@ -909,41 +909,12 @@ impl<T> Channel<T> {
     #[inline]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ListToken::default();
-        if self.claim_filled(token) {
-            // SAFETY: `claim_filled` claimed this position for this call.
+        if let Claim::Filled = self.claim(token, false) {
+            // SAFETY: `claim` claimed this position for this call.
             return unsafe { self.read_reserved(token) }
                 .map_err(|()| RecvTimeoutError::Disconnected);
         }
         self.recv_slow(deadline)
-    }
-
-    /// Claims the position at `head` if `HAS_NEXT` says it holds a message (or will once its
-    /// sender's write lands), as [`claim`](Self::claim) does; `false`, claiming nothing, in
-    /// every other case.
-    #[inline]
-    fn claim_filled(&self, token: &mut ListToken) -> bool {
-        let head = self.head.index.load(Ordering::Acquire);
-        let block = self.head.block.load(Ordering::Acquire);
-        let offset = (head >> SHIFT) % LAP;
-        if head & HAS_NEXT == 0 || offset + 1 >= BLOCK_CAP || block.is_null() {
-            return false;
-        }
-        // SYNC POINT: as in `claim`.
-        let claimed = self
-            .head
-            .index
-            .compare_exchange_weak(
-                head,
-                head + (1 << SHIFT),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            )
-            .is_ok();
-        if claimed {
-            token.block = block as *const u8;
-            token.offset = offset;
-        }
-        claimed
     }
 
     /// [`recv`](Self::recv) in every case.
@@ -958,7 +929,7 @@ impl<T> Channel<T> {
         }
         let token = &mut ListToken::default();
         loop {
-            let ready = match self.claim(token) {
+            let ready = match self.claim(token, true) {
                 Claim::Filled => true,
                 // Given up: the position is abandoned; `tail` tells empty from disconnected.
                 Claim::Ahead(position) => {
@@ -995,15 +966,16 @@ impl<T> Channel<T> {
 
     /// Claims the position at `head` without reading `tail`. With `HAS_NEXT` a message is
     /// there (or its sender is writing it): [`Claim::Filled`], as `reserve_recv` would have
-    /// claimed it, minus a second look at `head`. Otherwise the position may be ahead of every
-    /// sender (see "Receivers that claim ahead" in the module docs): [`Claim::Ahead`].
-    /// [`Claim::No`]: not here (the first block, a block's last slot, or a lost race).
-    #[inline]
-    fn claim(&self, token: &mut ListToken) -> Claim {
+    /// claimed it, minus a second look at `head`. Otherwise, if `ahead` allows, the position
+    /// may be ahead of every sender (see "Receivers that claim ahead" in the module docs):
+    /// [`Claim::Ahead`]. [`Claim::No`]: not here (the first block, a block's last slot, a lost
+    /// race, or no `HAS_NEXT` and not `ahead`).
+    #[inline(always)]
+    fn claim(&self, token: &mut ListToken, ahead: bool) -> Claim {
         let head = self.head.index.load(Ordering::Acquire);
         let block = self.head.block.load(Ordering::Acquire);
         let offset = (head >> SHIFT) % LAP;
-        if offset + 1 >= BLOCK_CAP || block.is_null() {
+        if (!ahead && head & HAS_NEXT == 0) || offset + 1 >= BLOCK_CAP || block.is_null() {
             return Claim::No;
         }
         // SYNC POINT: as in `reserve_recv_loop` (SeqCst: the registering re-check and the
