@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use courier::ipc::{
     self, IpcBytesReceiver, IpcError, IpcReceiver, IpcReceiverSet, IpcSelectionResult, IpcSender,
-    TryRecvError, TrySelectError,
+    IpcSharedMemory, TryRecvError, TrySelectError,
 };
 use proptest::prelude::*;
 use rustix::net::{
@@ -278,6 +278,25 @@ proptest! {
             drop(raw);
             drain(|| rx.try_recv());
         }
+        drop(check); // asserts that every descriptor sent was closed
+    }
+
+    #[test]
+    fn shared_memory_receiver_survives_any_packet_sequence(packets in proptest::collection::vec(packet(), 1..12)) {
+        let check = fd_check();
+        {
+            let (raw, theirs) =
+                net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+            let rx = IpcReceiver::<(u8, IpcSharedMemory)>::from(theirs);
+            for (p, attach, regions) in &packets {
+                p.send(&raw, *attach, *regions);
+                drain(|| rx.try_recv().map(|(_, region)| region.iter().step_by(4096).count()));
+            }
+            drop(raw);
+            drain(|| rx.try_recv());
+        }
+        // Regions that arrived whole were dropped, and stay mapped until let go of.
+        IpcSharedMemory::unmap_dropped();
         drop(check); // asserts that every descriptor sent was closed
     }
 
