@@ -236,7 +236,7 @@ fn the_dropped_regions_kept_are_bounded() {
 }
 
 #[test]
-fn a_message_with_one_bad_region_closes_the_good_ones_too() {
+fn a_message_with_one_bad_region_is_refused_whole() {
     let _check = fd_check();
     let (raw, rx) = {
         let (a, b) = seqpacket_pair();
@@ -252,4 +252,33 @@ fn a_message_with_one_bad_region_closes_the_good_ones_too() {
     ));
     // The good region was mapped, then dropped with the failed message: it
     // is parked, not leaked (`fd_check` counts after `unmap_dropped`).
+}
+
+#[test]
+fn a_parked_region_is_not_reused_for_another_open_file_of_it() {
+    let _check = fd_check();
+    let (raw, rx) = {
+        let (a, b) = seqpacket_pair();
+        (a, IpcReceiver::<IpcSharedMemory>::from(b))
+    };
+    let region = memfd(8192, SealFlags::SHRINK | SealFlags::GROW);
+    send_region(&raw, &region, 1);
+    // Received, dropped: parked, keyed by the file's inode.
+    drop(rx.try_recv().unwrap());
+    // The same inode, opened again read-only: a fresh mapping would refuse it,
+    // and so must the reuse of the parked one.
+    let read_only = fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&region)),
+        fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
+        fs::Mode::empty(),
+    )
+    .unwrap();
+    send_region(&raw, &read_only, 2);
+    assert!(matches!(
+        rx.try_recv(),
+        Err(TryRecvError::IpcError(IpcError::SerializationError(_)))
+    ));
+    // The original open file still finds its parked mapping.
+    send_region(&raw, &region, 3);
+    assert_eq!(rx.try_recv().unwrap().len(), 8192);
 }

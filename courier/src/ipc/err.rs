@@ -198,8 +198,10 @@ pub enum WireError {
         /// What arrived.
         received: usize,
     },
-    /// The shared-memory region carrying the payload is not sealed against
-    /// shrinking or is smaller than the payload it claims to hold.
+    /// A shared-memory region that came with the message is unusable: not
+    /// shared memory (or on hugetlbfs), not sealed against shrinking and
+    /// growing, empty or smaller than the payload it claims to hold, or not
+    /// mappable for writing.
     BadRegion,
     /// The rest of a fragmented message did not arrive within the fragment
     /// timeout.
@@ -233,7 +235,9 @@ impl fmt::Display for WireError {
                     "header announces {announced} descriptors, {received} arrived"
                 )
             }
-            WireError::BadRegion => f.write_str("payload region is not sealed or too small"),
+            WireError::BadRegion => f.write_str(
+                "shared memory region refused (not sealed shared memory, too small, or not writable)",
+            ),
             WireError::FragmentTimeout => f.write_str("fragment stream stalled"),
             WireError::DescriptorsMissing => f.write_str("announced descriptors never arrived"),
         }

@@ -52,9 +52,19 @@ use super::platform::SharedRegion;
 /// Every holder of a region, in every process it reached, may write it
 /// ([`IpcSharedMemory::deref_mut`], unsafe for that reason), so the bytes
 /// behind a `&[u8]` can change while it is held unless the application
-/// keeps to one writer at a time, as with ipc-channel. A peer that writes
-/// a region it sent can change what its receiver reads, never make the
-/// receiver read outside the region.
+/// keeps to one writer at a time, as with ipc-channel. A `&[u8]` whose bytes
+/// change is outside Rust's rules, so code that cannot trust its peers
+/// should copy a region out (`take`, `to_vec`) before it parses it: the
+/// checks on arrival keep the mapping itself valid (no `SIGBUS`), not its
+/// bytes still.
+///
+/// # Dropped regions stay mapped
+/// A region whose last copy here is dropped stays mapped, parked: at most 4
+/// regions and 32 MiB, oldest let go first; one that arrives again, as the
+/// same open file (checked with `kcmp(2)`), reuses the mapping.
+/// [`unmap_dropped`](Self::unmap_dropped) lets go of them at once. This
+/// includes the regions of a message refused for a later field: they were
+/// mapped and checked, and are dropped with the message.
 ///
 /// ```
 /// use courier::ipc::{self, IpcSharedMemory};
@@ -161,9 +171,12 @@ impl Deref for IpcSharedMemory {
     #[inline]
     fn deref(&self) -> &[u8] {
         match &self.region {
-            // SAFETY: the mapping is `len()` bytes and lives as long as
-            // `self`. Writers through `deref_mut` (here or in another
-            // process) are excluded by that method's contract.
+            // SAFETY: the mapping is `len()` bytes, readable, and lives as
+            // long as `self`. What is assumed (as ipc-channel assumes it):
+            // nothing writes these bytes while the slice is in use. Writers
+            // in this process are excluded by `deref_mut`'s contract; a peer
+            // process that breaks it can change the bytes under the slice,
+            // which this library only ever copies (see the type's docs).
             Some(region) => unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) },
             None => &[],
         }

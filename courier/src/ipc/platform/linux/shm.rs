@@ -1204,9 +1204,10 @@ impl SharedRegion {
         }
         let len = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
         let key = (stat.st_dev, stat.st_ino);
-        let map = match unpark(key, len) {
-            // Passed these checks when it was first mapped; seals stay, and
-            // the parked mapping kept the inode from being reused.
+        let map = match unpark(key, len, fd.as_fd()) {
+            // The same open file as the parked one (`unpark` asks the kernel):
+            // it passed these checks when it was first mapped, seals stay, and
+            // it was opened writable.
             Some(map) => map,
             None => {
                 not_hugetlbfs(fd.as_fd())?;
@@ -1277,14 +1278,46 @@ fn park(mut region: Parked) {
 }
 
 /// Takes the parked mapping of the region `key`, if there is one of `len`
-/// bytes; its descriptor is closed (the caller has its own).
-fn unpark(key: (u64, u64), len: usize) -> Option<Mapping> {
+/// bytes and it is the very open file `fd` refers to; its descriptor is
+/// closed (the caller has its own).
+///
+/// An inode number alone could name another file (memfd inode numbers are 32
+/// bits before Linux 5.9, and wrap), and the same file reopened through
+/// `/proc` read-only would skip the checks a fresh mapping makes: so a
+/// region is reused only if `kcmp(KCMP_FILE)` says that `fd` and the parked
+/// descriptor are one open file, which a round trip through `SCM_RIGHTS`
+/// keeps. Where `kcmp` is not available (a kernel without it, a seccomp
+/// filter), regions are mapped afresh.
+fn unpark(key: (u64, u64), len: usize, fd: BorrowedFd<'_>) -> Option<Mapping> {
     let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
-    let i = parked.iter().position(|p| p.key == Some(key))?;
+    let i = parked
+        .iter()
+        .position(|p| p.key == Some(key) && p.map.len == len && same_file(p.fd.as_fd(), fd))?;
     let found = parked.remove(i);
     drop(parked);
-    // Sealed, so always the same size; a mismatch would be a bug, not a peer.
-    (found.map.len == len).then_some(found.map)
+    Some(found.map)
+}
+
+/// Whether `a` and `b` are one open file description (`kcmp(2)`,
+/// `KCMP_FILE`); `false` if the kernel cannot say.
+fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    /// `KCMP_FILE` from `<linux/kcmp.h>`.
+    const KCMP_FILE: libc::c_int = 0;
+    let pid = std::process::id() as libc::pid_t;
+    // SAFETY: `kcmp` takes five integers and reads no memory of ours; the
+    // descriptors are borrowed, so open for the call.
+    let order = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            a.as_raw_fd() as libc::c_ulong,
+            b.as_raw_fd() as libc::c_ulong,
+        )
+    };
+    order == 0
 }
 
 /// Lets go of every parked region now (see "A region that comes back finds
