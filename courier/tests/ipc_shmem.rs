@@ -110,6 +110,16 @@ fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
     fd
 }
 
+/// The file `fd` refers to, opened again read-only (a new open file).
+fn reopen_read_only(fd: &OwnedFd) -> OwnedFd {
+    fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)),
+        fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
+        fs::Mode::empty(),
+    )
+    .unwrap()
+}
+
 /// Sends, as a hostile peer would, a message holding one region: the
 /// encoding of a present `IpcSharedMemory` (descriptor 0), then `fd`.
 fn send_region(raw: &OwnedFd, fd: &OwnedFd, tag: u64) {
@@ -155,12 +165,7 @@ fn regions_a_peer_could_shrink_or_that_are_not_shared_memory_are_refused() {
     let pipe = rustix::pipe::pipe().unwrap().0;
     let good = memfd(4096, SealFlags::SHRINK | SealFlags::GROW);
     // The same sealed region, but a descriptor that cannot map it writable.
-    let read_only = fs::open(
-        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&good)),
-        fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
-        fs::Mode::empty(),
-    )
-    .unwrap();
+    let read_only = reopen_read_only(&good);
     let hostile = [
         &unsealed,
         &shrinkable,
@@ -267,12 +272,7 @@ fn a_parked_region_is_not_reused_for_another_open_file_of_it() {
     drop(rx.try_recv().unwrap());
     // The same inode, opened again read-only: a fresh mapping would refuse it,
     // and so must the reuse of the parked one.
-    let read_only = fs::open(
-        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&region)),
-        fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
-        fs::Mode::empty(),
-    )
-    .unwrap();
+    let read_only = reopen_read_only(&region);
     send_region(&raw, &read_only, 2);
     assert!(matches!(
         rx.try_recv(),
