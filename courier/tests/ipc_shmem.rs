@@ -110,6 +110,13 @@ fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
     fd
 }
 
+/// A raw socket for the test to write packets into, and a courier receiver
+/// of `T` on its other end.
+fn raw_pair<T>() -> (OwnedFd, IpcReceiver<T>) {
+    let (raw, theirs) = seqpacket_pair();
+    (raw, IpcReceiver::from(theirs))
+}
+
 /// The file `fd` refers to, opened again read-only (a new open file).
 fn reopen_read_only(fd: &OwnedFd) -> OwnedFd {
     fs::open(
@@ -152,10 +159,7 @@ fn send_message(raw: &OwnedFd, payload: &[u8], fds: &[&OwnedFd], tag: u64) {
 #[test]
 fn regions_a_peer_could_shrink_or_that_are_not_shared_memory_are_refused() {
     let _check = fd_check();
-    let (raw, rx) = {
-        let (a, b) = seqpacket_pair();
-        (a, IpcReceiver::<IpcSharedMemory>::from(b))
-    };
+    let (raw, rx) = raw_pair::<IpcSharedMemory>();
     rx.set_max_message_size(1 << 20);
     let unsealed = memfd(4096, SealFlags::empty());
     let shrinkable = memfd(4096, SealFlags::GROW);
@@ -201,10 +205,9 @@ fn an_unsealed_region_truncated_after_sending_cannot_fault_the_receiver() {
     // The attack the seal check stops: had the receiver mapped this region,
     // the truncation would make every read of it raise SIGBUS.
     let _check = fd_check();
-    let (a, b) = seqpacket_pair();
-    let rx = IpcReceiver::<IpcSharedMemory>::from(b);
+    let (raw, rx) = raw_pair::<IpcSharedMemory>();
     let fd = memfd(1 << 20, SealFlags::empty());
-    send_region(&a, &fd, 5);
+    send_region(&raw, &fd, 5);
     fs::ftruncate(&fd, 0).unwrap();
     assert!(rx.try_recv().is_err());
 }
@@ -243,10 +246,7 @@ fn the_dropped_regions_kept_are_bounded() {
 #[test]
 fn a_message_with_one_bad_region_is_refused_whole() {
     let _check = fd_check();
-    let (raw, rx) = {
-        let (a, b) = seqpacket_pair();
-        (a, IpcReceiver::<Two>::from(b))
-    };
+    let (raw, rx) = raw_pair::<Two>();
     let good = memfd(8192, SealFlags::SHRINK | SealFlags::GROW);
     let bad = memfd(8192, SealFlags::empty());
     // postcard: `Some(0)`, `Some(1)`.
@@ -262,10 +262,7 @@ fn a_message_with_one_bad_region_is_refused_whole() {
 #[test]
 fn a_parked_region_is_not_reused_for_another_open_file_of_it() {
     let _check = fd_check();
-    let (raw, rx) = {
-        let (a, b) = seqpacket_pair();
-        (a, IpcReceiver::<IpcSharedMemory>::from(b))
-    };
+    let (raw, rx) = raw_pair::<IpcSharedMemory>();
     let region = memfd(8192, SealFlags::SHRINK | SealFlags::GROW);
     send_region(&raw, &region, 1);
     // Received, dropped: parked, keyed by the file's inode.

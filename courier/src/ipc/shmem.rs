@@ -170,16 +170,16 @@ impl Deref for IpcSharedMemory {
 
     #[inline]
     fn deref(&self) -> &[u8] {
-        match &self.region {
-            // SAFETY: the mapping is `len()` bytes, readable, and lives as
-            // long as `self`. What is assumed (as ipc-channel assumes it):
-            // nothing writes these bytes while the slice is in use. Writers
-            // in this process are excluded by `deref_mut`'s contract; a peer
-            // process that breaks it can change the bytes under the slice,
-            // which this library only ever copies (see the type's docs).
-            Some(region) => unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) },
-            None => &[],
-        }
+        let Some(region) = &self.region else {
+            return &[];
+        };
+        // SAFETY: the mapping is `len()` bytes, readable, and lives as long
+        // as `self`. What is assumed (as ipc-channel assumes it): nothing
+        // writes these bytes while the slice is in use. Writers in this
+        // process are excluded by `deref_mut`'s contract; a peer process that
+        // breaks it can change the bytes under the slice, which this library
+        // only ever copies (see the type's docs).
+        unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }
     }
 }
 
