@@ -206,7 +206,7 @@ pub fn sendrecv(sampler: &Sampler, size: usize) -> Result<Sampled> {
 }
 
 /// [`sendrecv`] as a framing transport must do it: `sendmsg` gathers a
-/// [`FRAME_HEADER`]-byte header and the payload into one packet; `recvmsg`
+/// `FRAME_HEADER`-byte header and the payload into one packet; `recvmsg`
 /// scatters the header into a local array and the payload into a new
 /// `Vec`'s spare capacity, which becomes the received message.
 pub fn sendrecv_framed(sampler: &Sampler, size: usize) -> Result<Sampled> {

@@ -96,7 +96,7 @@ fn initialised(len: usize) -> Box<[MaybeUninit<u8>]> {
 
 impl Dest {
     /// Destinations for a source of `bufsize` bytes cut into [`CHUNK`]s that
-    /// go to the kinds in [`ORDER`]: each kind gets room for exactly its
+    /// go to the kinds in `ORDER`: each kind gets room for exactly its
     /// chunks. All of it is initialised (as the seed `memset` its buffers).
     pub fn new(bufsize: usize) -> Dest {
         let mut room = [0usize; KINDS];

@@ -5,7 +5,7 @@
 //! in a message, any number of times and to any number of processes; every
 //! copy maps the same memory, so sending it costs a descriptor, not its
 //! bytes. Serialized, a region is the index of its descriptor in the
-//! message's table (see [`handles`](super::handles)), or nothing for an
+//! message's table (see [`super::handles`]), or nothing for an
 //! empty one.
 #![allow(unsafe_code)]
 
