@@ -248,12 +248,39 @@ fn unbounded_receiver_leaves_after_giving_up_a_position() {
                 drop(e.into_inner());
             }
         });
-        // A deadline already passed: claim ahead, and give the position up unless the
-        // message is there.
+        // A deadline already passed (which under loom still claims ahead, as a deadline
+        // that passes during the claim does): give the position up unless the message is
+        // there.
         drop(rx.recv_timeout(Duration::ZERO));
         drop(rx);
         t.join().unwrap();
         assert_eq!(drops.load(Ordering::SeqCst), 3);
+    });
+}
+
+/// A receiver whose position holds a message, or will once its sender writes it (`HAS_NEXT`:
+/// `tail` is in a later block), claims it without reading `tail` (`Claim::Filled`, the inline
+/// receive path) and waits for the write if the sender has not finished it. Loom blocks hold
+/// two messages: the positions 2 and 3 are claimed by two senders racing each other and the
+/// receiver, and reading the last slot of the first block sees the third block linked (so
+/// `HAS_NEXT` is set for position 2) when the sender of position 3 got there first.
+#[test]
+fn unbounded_claims_a_filled_position_while_its_sender_writes() {
+    model(|| {
+        let (tx, rx) = chan::unbounded::<u32>();
+        tx.send(0).unwrap();
+        tx.send(1).unwrap();
+        let tx2 = tx.clone();
+        let s1 = thread::spawn(move || tx.send(10).unwrap());
+        let s2 = thread::spawn(move || tx2.send(20).unwrap());
+        assert_eq!(rx.recv(), Ok(0));
+        assert_eq!(rx.recv(), Ok(1));
+        let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort_unstable();
+        assert_eq!(got, [10, 20]);
+        assert_eq!(rx.recv(), Err(RecvError));
+        s1.join().unwrap();
+        s2.join().unwrap();
     });
 }
 

@@ -49,6 +49,11 @@ impl Backoff {
     /// over courier's went from 1.0-1.2x to 1.14-1.18x (4 x 4) and from 1.05-1.26x to
     /// 1.06-1.44x (4 x 1) in the fast mode; starting at 2^2 or 2^6 measured no better than 2^4
     /// in the slow mode, and retrying with no spin at all measured 1.5-2x slower (fast mode).
+    ///
+    /// Two consequences: a race lost in the inlined first pass of a claim (`reserve_send`,
+    /// `reserve_recv`) is retried at once by the loop it falls into, and only a second loss
+    /// spins; and a wait in such a loop for another thread's step (`snooze` on a block being
+    /// installed) spins for fewer rounds before it yields, since both share the step.
     #[inline]
     pub(crate) const fn contended() -> Backoff {
         Backoff {

@@ -2,8 +2,8 @@
 //!
 //! A select first tries every operation (starting at a rotating offset, for fairness); if none
 //! is ready, a thread retries them for as long as its recent selects found spinning pays
-//! ([`Select::spin_before_registering`]); then it registers **one** context on every operation's wait
-//! list, re-checks, and parks.
+//! ([`Select::spin_before_registering`]); then it registers **one** context on every
+//! operation's wait list, re-checks, and parks.
 //! The first peer to claim the context (one CAS; Go's `selectDone`) decides which operation
 //! proceeds; every other registration is removed. For buffered flavors the chosen operation is
 //! then retried (the claim only said "ready now"); for the rendezvous flavor the claimer has

@@ -397,29 +397,27 @@ impl Context {
         };
         // The thread's context is taken out of its cell while in use, so a nested blocking
         // operation (a `Drop` that blocks, say) gets a fresh one instead of sharing it.
-        match THREAD_CONTEXT.try_with(|cell| cell.take()) {
-            Ok(Some(cx)) => {
-                let out = run(&cx);
-                let _ = THREAD_CONTEXT.try_with(|cell| cell.set(Some(cx)));
-                out
-            }
-            Ok(None) => {
-                // The first operation of this thread, or one nested in another (which holds
-                // the cached context): a fresh context, kept for the next operation unless the
-                // cell was filled meanwhile. (Until session 19 it was never kept: every
-                // blocking operation allocated a context and freed it, ~175 instructions of a
-                // rendezvous ring's ~700 a hop.)
-                let cx = Context::for_thread();
-                let out = run(&cx);
-                let _ = THREAD_CONTEXT.try_with(|cell| {
-                    let held = cell.take();
-                    cell.set(held.or(Some(cx)));
-                });
-                out
-            }
+        let cx = match THREAD_CONTEXT.try_with(|cell| cell.take()) {
+            Ok(Some(cx)) => cx,
+            // The first operation of this thread, or one nested in another (which holds the
+            // cached context). (Until session 19 no context was ever kept: every blocking
+            // operation allocated one and freed it, ~175 instructions of a rendezvous ring's
+            // ~700 a hop.)
+            Ok(None) => Context::for_thread(),
             // The thread is exiting (its thread-locals are gone).
-            Err(_) => run(&Context::for_thread()),
+            Err(_) => return run(&Context::for_thread()),
+        };
+        let out = run(&cx);
+        // Kept for the next operation (in place of any a nested operation left), unless the
+        // operation ended on another thread than it began on: a task's operation nested in
+        // one of its own (so taking the thread's context) whose back-off stepped aside through
+        // the task's `Park::yield_now`, during which a scheduler moved the task. That context
+        // parks and names the first thread; cached on this one, it would make every later
+        // operation here park this thread while its peers unpark the other.
+        if cx.inner.task_id == current_thread_id() {
+            let _ = THREAD_CONTEXT.try_with(|cell| cell.set(Some(cx)));
         }
+        out
     }
 
     /// loom models have no thread-locals to cache in: a fresh context per operation.

@@ -163,7 +163,7 @@ impl<T> Slot<T> {
     #[inline(never)]
     fn wait_write_slow(&self) {
         let mut backoff = Backoff::new();
-        // SYNC POINT: waits for WRITE. Partner: the Release store of WRITE in `write_reserved`.
+        // SYNC POINT: waits for WRITE. Partner: the Release store of WRITE in `mark_written`.
         while self.state.load(Ordering::Acquire) & WRITE == 0 {
             backoff.snooze();
         }
@@ -600,7 +600,7 @@ impl<T> Channel<T> {
             }
             let new_tail = tail + (1 << SHIFT);
             // SYNC POINT: claims the position (SeqCst: ordered against the receivers' emptiness
-            // checks). Partner: `start_recv`'s fence + `tail` load.
+            // checks). Partner: the fence and `tail` load of `next_head`.
             match self.tail.index.compare_exchange_weak(
                 tail,
                 new_tail,
@@ -657,6 +657,7 @@ impl<T> Channel<T> {
                 return Err(msg);
             }
             let block = token.block as *mut Block<T>;
+            debug_assert!(token.offset < BLOCK_CAP);
             // SAFETY: the block cannot be freed before this slot is finished, which needs our
             // WRITE (then a read) or our SKIP; `reserve_send` gives offsets below `BLOCK_CAP`
             // only (unchecked: the bounds check was 3 of the ~140 instructions a message).
@@ -711,8 +712,9 @@ impl<T> Channel<T> {
     /// Reserves a message. `false`: empty. `true` with a null block: empty and disconnected.
     ///
     /// The first pass of [`reserve_recv_loop`](Self::reserve_recv_loop) for the common cases
-    /// (a message inside a block, or none), small enough to inline into `recv`; anything else
-    /// (a block boundary, the first block, a lost race) goes to the loop, which starts over.
+    /// (a message inside a block, or none), inlined into `try_recv`, `recv_slow` and `Select`'s
+    /// calls; anything else (a block boundary, the first block, a lost race) goes to the loop,
+    /// which starts over.
     #[inline]
     fn reserve_recv(&self, token: &mut ListToken) -> bool {
         let head = self.head.index.load(Ordering::Acquire);
@@ -846,7 +848,9 @@ impl<T> Channel<T> {
     ///
     /// # Safety
     /// The caller must ensure:
-    /// - `token` was filled by a `reserve_recv` of this channel that returned `true`;
+    /// - `token` was filled by a `reserve_recv` of this channel that returned `true`, or by a
+    ///   `claim` that returned [`Claim::Filled`], or [`Claim::Ahead`] whose position
+    ///   `wait_claimed` then saw written;
     /// - it is read once.
     #[inline]
     unsafe fn read_reserved(&self, token: &ListToken) -> Result<T, ()> {
@@ -855,6 +859,7 @@ impl<T> Channel<T> {
         }
         let block = token.block as *mut Block<T>;
         let offset = token.offset;
+        debug_assert!(offset < BLOCK_CAP);
         // SAFETY: the block is live until this slot is marked READ (below); the claims give
         // offsets below `BLOCK_CAP` only.
         let slot = unsafe { (*block).slots.get_unchecked(offset) };
@@ -909,19 +914,25 @@ impl<T> Channel<T> {
     #[inline]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ListToken::default();
-        if let Claim::Filled = self.claim(token, false) {
-            // SAFETY: `claim` claimed this position for this call.
-            return unsafe { self.read_reserved(token) }
-                .map_err(|()| RecvTimeoutError::Disconnected);
+        match self.claim(token, false) {
+            Claim::Filled => {
+                // SAFETY: `claim` claimed this position for this call.
+                let got = unsafe { self.read_reserved(token) };
+                got.map_err(|()| RecvTimeoutError::Disconnected)
+            }
+            Claim::No => self.recv_slow(deadline),
+            // Without `ahead`, a claim is `Filled` or nothing.
+            Claim::Ahead(_) => unreachable!("a claim that may not claim ahead did"),
         }
-        self.recv_slow(deadline)
     }
 
     /// [`recv`](Self::recv) in every case.
     #[inline(never)]
     fn recv_slow(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            // No time to wait: a position claimed ahead would only be given up again.
+        // No time to wait: a position claimed ahead would only be given up again. (Not under
+        // loom, whose models pass a deadline already passed to reach that giving up, which a
+        // real deadline reaches when it passes during the claim.)
+        if !cfg!(loom) && deadline.is_some_and(|d| Instant::now() >= d) {
             return self.try_recv().map_err(|e| match e {
                 TryRecvError::Empty => RecvTimeoutError::Timeout,
                 TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
@@ -1108,7 +1119,7 @@ impl<T> Channel<T> {
 
     /// The senders are gone: mark and wake the receivers. `true` if this call did it.
     pub(crate) fn disconnect_senders(&self) -> bool {
-        // SYNC POINT: RMW on `tail.index`; partners: `start_recv`'s fenced `tail` load, the
+        // SYNC POINT: RMW on `tail.index`; partners: the fenced `tail` load of `next_head`, the
         // re-check after registering, and the wait list's lock.
         let tail = self.tail.index.fetch_or(MARK_BIT, Ordering::SeqCst);
         if tail & MARK_BIT == 0 {

@@ -214,6 +214,10 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Out of line: a hand-off takes the channel's lock and costs microseconds when it waits,
+    /// so the call costs nothing measurable here, and the public `send` keeps its frame for
+    /// the buffered flavors' inline common cases (BENCHMARKS.md, session 19: "The waits out of
+    /// the callers' frames").
     #[inline(never)]
     pub(crate) fn send(
         &self,
@@ -278,6 +282,7 @@ impl<T> Channel<T> {
         }
     }
 
+    /// Out of line, as [`send`](Self::send).
     #[inline(never)]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut Token::default();
