@@ -780,6 +780,50 @@ fn local_channel_semantics() {
     assert!(tx.send(Counted(drops.clone())).is_err());
 }
 
+/// The rest of the local API, outside a task: timed operations sleep until their deadline and
+/// time out (handing a message back), `iter` ends at disconnection, and the state queries.
+#[test]
+fn local_timed_operations_and_queries() {
+    let (tx, rx) = chan::local::bounded(1);
+    assert!(tx.same_channel(&tx.clone()) && rx.same_channel(&rx.clone()));
+    assert!(!tx.same_channel(&chan::local::bounded(1).0));
+    assert!(!tx.is_full() && !rx.is_disconnected() && !tx.is_disconnected());
+
+    let start = Instant::now();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(10)),
+        Err(RecvTimeoutError::Timeout)
+    );
+    assert!(start.elapsed() >= Duration::from_millis(10));
+
+    tx.send_timeout(1, Duration::from_millis(10)).unwrap();
+    assert!(tx.is_full() && rx.is_full());
+    let start = Instant::now();
+    assert_eq!(
+        tx.send_deadline(2, Instant::now() + Duration::from_millis(10)),
+        Err(SendTimeoutError::Timeout(2))
+    );
+    assert!(start.elapsed() >= Duration::from_millis(10));
+    assert_eq!(rx.recv_deadline(Instant::now()), Ok(1));
+
+    tx.send(3).unwrap();
+    drop(tx);
+    assert!(rx.is_disconnected());
+    assert_eq!(rx.iter().collect::<Vec<_>>(), [3]);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(60)),
+        Err(RecvTimeoutError::Disconnected)
+    );
+
+    let (tx, rx) = chan::local::channel::<u8>();
+    drop(rx);
+    assert!(tx.is_disconnected());
+    assert_eq!(
+        tx.send_timeout(4, Duration::from_secs(60)),
+        Err(SendTimeoutError::Disconnected(4))
+    );
+}
+
 #[test]
 #[should_panic(expected = "would block the thread forever")]
 fn local_blocking_outside_a_task_panics_instead_of_deadlocking() {

@@ -566,6 +566,58 @@ fn local_channels_between_fibers() {
     });
 }
 
+/// `chan::local`'s timed operations between fibers: a receive and a send that another fiber
+/// completes before their deadlines, and ones that time out while the other fibers run.
+#[test]
+fn local_timeouts_between_fibers() {
+    with_watchdog("local", LIMIT, || {
+        let long = Duration::from_secs(30);
+        let (tx, rx) = chan::local::bounded::<u64>(1);
+        let (tx2, rx2) = (tx.clone(), rx.clone());
+        let got = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let g = got.clone();
+        // Parks first (FIFO: it runs first), then the sender's first message wakes it (which
+        // does not hand it that message: the drainer may take it first).
+        let receiver: Box<dyn FnOnce()> = Box::new(move || {
+            let start = Instant::now();
+            let v = rx2.recv_timeout(long).unwrap();
+            g.borrow_mut().push(v);
+            assert!(start.elapsed() < long);
+        });
+        // Fills the channel, then waits for room that the drainer makes.
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            tx2.send(5).unwrap();
+            tx2.send(6).unwrap();
+            tx2.send_timeout(7, long).unwrap();
+        });
+        let g = got.clone();
+        let drainer: Box<dyn FnOnce()> = Box::new(move || {
+            for _ in 0..2 {
+                let v = rx.recv_timeout(long).unwrap();
+                g.borrow_mut().push(v);
+            }
+            // Nothing more comes: times out, with the sender still connected.
+            let start = Instant::now();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_millis(5)),
+                Err(RecvTimeoutError::Timeout)
+            );
+            assert!(start.elapsed() >= Duration::from_millis(5));
+            // A full channel with no receiver running: the send times out with its message.
+            tx.send(8).unwrap();
+            assert_eq!(
+                tx.send_timeout(9, Duration::from_millis(5)),
+                Err(chan::SendTimeoutError::Timeout(9))
+            );
+            assert_eq!(rx.try_recv(), Ok(8));
+        });
+        run_fibers(vec![receiver, sender, drainer]);
+        let mut got = got.borrow().clone();
+        got.sort_unstable();
+        assert_eq!(got, [5, 6, 7]);
+    });
+}
+
 /// A fiber that holds what its `Select` claimed across a suspension (it selects, then blocks on
 /// another channel before completing the operation) does not stall the fibers that wait for
 /// that claim: a receiver waiting for the selected send's slot to be filled, a sender waiting

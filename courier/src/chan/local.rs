@@ -26,14 +26,18 @@
 //! a fiber scheduler with [`TaskContext::run`](super::TaskContext::run)); the peer that makes
 //! it ready wakes it with [`Park::unpark`](super::Park::unpark). Outside a task nothing else on
 //! the thread could ever make it ready, so instead of deadlocking it panics (use the `try_`
-//! operations there).
+//! operations there). A timed operation outside a task sleeps the thread until its deadline
+//! and times out, since nothing could have made it ready meanwhile either.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
-use super::err::{RecvError, SendError, TryRecvError, TrySendError};
+use super::err::{
+    RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
+};
 #[cfg(not(loom))]
 use super::waiter::Context;
 
@@ -107,12 +111,22 @@ impl<T> Shared<T> {
         unsafe { &*w.task }.unpark();
     }
 
-    /// Parks the current task on `list` until woken. Panics outside a task.
+    /// Parks the current task on `list` until woken (`true`) or until `deadline` passes
+    /// (`false`, and the task is no longer queued). Outside a task: panics without a deadline,
+    /// sleeps until it with one.
     #[cfg(not(loom))]
     #[allow(unsafe_code)]
-    fn park_on(list: &RefCell<VecDeque<*const Waiter>>, what: &str) {
+    fn park_on(
+        list: &RefCell<VecDeque<*const Waiter>>,
+        what: &str,
+        deadline: Option<Instant>,
+    ) -> bool {
         let Some(task) = Context::current_task() else {
-            panic!("chan::local: {what} would block the thread forever (no scheduler task)");
+            let Some(deadline) = deadline else {
+                panic!("chan::local: {what} would block the thread forever (no scheduler task)");
+            };
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            return false;
         };
         let waiter = Waiter {
             woken: Cell::new(false),
@@ -130,13 +144,19 @@ impl<T> Shared<T> {
         }
         let _unqueue = Unqueue(list, &waiter);
         while !waiter.woken.get() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Unwoken, so no wake-up meant for another waiter is lost: `_unqueue` takes
+                // this one off the list.
+                return false;
+            }
             // SAFETY: `current_task` returned an installed, live context.
-            unsafe { &*task }.park(None);
+            unsafe { &*task }.park(deadline);
         }
+        true
     }
 
     #[cfg(loom)]
-    fn park_on(_: &RefCell<VecDeque<*const Waiter>>, what: &str) {
+    fn park_on(_: &RefCell<VecDeque<*const Waiter>>, what: &str, _: Option<Instant>) -> bool {
         panic!("chan::local: {what} would block the thread forever (no scheduler task)");
     }
 }
@@ -173,14 +193,41 @@ impl<T> Sender<T> {
     }
 
     /// Sends, parking the current task while the channel is full.
-    pub fn send(&self, mut msg: T) -> Result<(), SendError<T>> {
+    pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
+        self.send_until(msg, None).map_err(|e| match e {
+            SendTimeoutError::Disconnected(m) => SendError(m),
+            SendTimeoutError::Timeout(_) => unreachable!("an untimed send timed out"),
+        })
+    }
+
+    /// Sends, parking the current task while the channel is full, for at most `timeout`.
+    pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        self.send_until(msg, Instant::now().checked_add(timeout))
+    }
+
+    /// Sends, parking the current task while the channel is full, until `deadline` at the
+    /// latest.
+    pub fn send_deadline(&self, msg: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
+        self.send_until(msg, Some(deadline))
+    }
+
+    fn send_until(&self, mut msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
         loop {
             match self.try_send(msg) {
                 Ok(()) => return Ok(()),
-                Err(TrySendError::Disconnected(m)) => return Err(SendError(m)),
+                Err(TrySendError::Disconnected(m)) => {
+                    return Err(SendTimeoutError::Disconnected(m))
+                }
                 Err(TrySendError::Full(m)) => {
                     msg = m;
-                    Shared::<T>::park_on(&self.shared.waiting_senders, "send on a full channel");
+                    let waiting = &self.shared.waiting_senders;
+                    if !Shared::<T>::park_on(waiting, "send on a full channel", deadline) {
+                        // One last try: room may have been made as the deadline passed.
+                        return self.try_send(msg).map_err(|e| match e {
+                            TrySendError::Full(m) => SendTimeoutError::Timeout(m),
+                            TrySendError::Disconnected(m) => SendTimeoutError::Disconnected(m),
+                        });
+                    }
                 }
             }
         }
@@ -196,9 +243,24 @@ impl<T> Sender<T> {
         self.shared.queue.borrow().is_empty()
     }
 
+    /// `true` if the channel is full.
+    pub fn is_full(&self) -> bool {
+        self.shared.queue.borrow().len() >= self.shared.cap
+    }
+
     /// `Some(cap)` for `bounded(cap)`, `None` for `channel()`.
     pub fn capacity(&self) -> Option<usize> {
         (self.shared.cap != usize::MAX).then_some(self.shared.cap)
+    }
+
+    /// `true` if every receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        self.shared.receivers.get() == 0
+    }
+
+    /// `true` if both senders send into the same channel.
+    pub fn same_channel(&self, other: &Sender<T>) -> bool {
+        Rc::ptr_eq(&self.shared, &other.shared)
     }
 }
 
@@ -222,15 +284,46 @@ impl<T> Receiver<T> {
 
     /// Receives, parking the current task while the channel is empty.
     pub fn recv(&self) -> Result<T, RecvError> {
+        self.recv_until(None).map_err(|e| match e {
+            RecvTimeoutError::Disconnected => RecvError,
+            RecvTimeoutError::Timeout => unreachable!("an untimed receive timed out"),
+        })
+    }
+
+    /// Receives, parking the current task while the channel is empty, for at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_until(Instant::now().checked_add(timeout))
+    }
+
+    /// Receives, parking the current task while the channel is empty, until `deadline` at
+    /// the latest.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        self.recv_until(Some(deadline))
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         loop {
             match self.try_recv() {
                 Ok(msg) => return Ok(msg),
-                Err(TryRecvError::Disconnected) => return Err(RecvError),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
                 Err(TryRecvError::Empty) => {
-                    Shared::<T>::park_on(&self.shared.waiting_receivers, "recv on an empty channel")
+                    let waiting = &self.shared.waiting_receivers;
+                    if !Shared::<T>::park_on(waiting, "recv on an empty channel", deadline) {
+                        // One last try: a message may have come as the deadline passed.
+                        return self.try_recv().map_err(|e| match e {
+                            TryRecvError::Empty => RecvTimeoutError::Timeout,
+                            TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                        });
+                    }
                 }
             }
         }
+    }
+
+    /// The messages as they come, parking the current task while the channel is empty, until
+    /// every sender is gone.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        std::iter::from_fn(|| self.recv().ok())
     }
 
     /// The messages available now.
@@ -248,9 +341,24 @@ impl<T> Receiver<T> {
         self.shared.queue.borrow().is_empty()
     }
 
+    /// `true` if the channel is full.
+    pub fn is_full(&self) -> bool {
+        self.shared.queue.borrow().len() >= self.shared.cap
+    }
+
     /// `Some(cap)` for `bounded(cap)`, `None` for `channel()`.
     pub fn capacity(&self) -> Option<usize> {
         (self.shared.cap != usize::MAX).then_some(self.shared.cap)
+    }
+
+    /// `true` if every sender is gone.
+    pub fn is_disconnected(&self) -> bool {
+        self.shared.senders.get() == 0
+    }
+
+    /// `true` if both receivers receive from the same channel.
+    pub fn same_channel(&self, other: &Receiver<T>) -> bool {
+        Rc::ptr_eq(&self.shared, &other.shared)
     }
 }
 
