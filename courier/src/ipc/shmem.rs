@@ -173,12 +173,12 @@ impl Deref for IpcSharedMemory {
         let Some(region) = &self.region else {
             return &[];
         };
+        // What is assumed (as ipc-channel assumes it): nothing writes these
+        // bytes while the slice is in use. Writers in this process are
+        // excluded by `deref_mut`'s contract; a peer process that breaks it
+        // can change the bytes under the slice (see the type's docs).
         // SAFETY: the mapping is `len()` bytes, readable, and lives as long
-        // as `self`. What is assumed (as ipc-channel assumes it): nothing
-        // writes these bytes while the slice is in use. Writers in this
-        // process are excluded by `deref_mut`'s contract; a peer process that
-        // breaks it can change the bytes under the slice, which this library
-        // only ever copies (see the type's docs).
+        // as `self`; no writer while the slice lives, as assumed above.
         unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }
     }
 }
