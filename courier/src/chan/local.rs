@@ -27,7 +27,10 @@
 //! it ready wakes it with [`Park::unpark`](super::Park::unpark). Outside a task nothing else on
 //! the thread could ever make it ready, so instead of deadlocking it panics (use the `try_`
 //! operations there). A timed operation outside a task sleeps the thread until its deadline
-//! and times out, since nothing could have made it ready meanwhile either.
+//! and times out, since nothing could have made it ready meanwhile either; one whose timeout
+//! overflows `Instant` has no deadline, and panics there as an untimed one does. `iter` ends
+//! only when every sender is gone, so outside a task it panics at the first empty queue while
+//! a sender lives.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -72,8 +75,10 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 /// A parked task: lives on the blocked operation's stack while it is queued.
 struct Waiter {
     woken: Cell<bool>,
+    /// The task's own handle, not a pointer into its `TaskContext`, which its scheduler may
+    /// move or drop while the task is suspended.
     #[cfg(not(loom))]
-    task: *const Context,
+    task: Context,
 }
 
 struct Shared<T> {
@@ -95,20 +100,25 @@ impl<T> Shared<T> {
         }
     }
 
+    /// Wakes every task of `list`, one at a time: a waiter stays queued until it is woken, so
+    /// that one whose deadline passes meanwhile (should an `unpark` run other tasks) takes
+    /// itself off the list before its frame goes.
     fn wake_all(list: &RefCell<VecDeque<*const Waiter>>) {
-        let all = std::mem::take(&mut *list.borrow_mut());
-        all.into_iter().for_each(Self::wake);
+        loop {
+            let first = list.borrow_mut().pop_front();
+            let Some(w) = first else { break };
+            Self::wake(w);
+        }
     }
 
     #[allow(unsafe_code)]
     fn wake(w: *const Waiter) {
-        // SAFETY: a queued waiter's frame is live: its owner removes it before returning.
+        // SAFETY: a waiter popped from its list was queued, and a queued waiter's frame is
+        // live: its owner takes it off the list (unless woken, which pops it) before returning.
         let w = unsafe { &*w };
         w.woken.set(true);
         #[cfg(not(loom))]
-        // SAFETY: the task's context outlives its blocked operation (it runs inside
-        // `TaskContext::run`, which borrows the context).
-        unsafe { &*w.task }.unpark();
+        w.task.unpark();
     }
 
     /// Parks the current task on `list` until woken (`true`) or until `deadline` passes
@@ -128,12 +138,17 @@ impl<T> Shared<T> {
             std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
             return false;
         };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
         let waiter = Waiter {
             woken: Cell::new(false),
-            task,
+            // SAFETY: `current_task` returns only installed pointers, which are live now.
+            task: unsafe { &*task }.clone(),
         };
         list.borrow_mut().push_back(&waiter);
-        // Unqueues the waiter if its frame unwinds (a fiber dropped while parked) unwoken.
+        // Takes the waiter off the list if it returns unwoken (its deadline passed). No unwind
+        // leaves it queued either: a `Park` method that panics aborts the process.
         struct Unqueue<'a>(&'a RefCell<VecDeque<*const Waiter>>, &'a Waiter);
         impl Drop for Unqueue<'_> {
             fn drop(&mut self) {
@@ -149,8 +164,7 @@ impl<T> Shared<T> {
                 // this one off the list.
                 return false;
             }
-            // SAFETY: `current_task` returned an installed, live context.
-            unsafe { &*task }.park(deadline);
+            waiter.task.park(deadline);
         }
         true
     }

@@ -367,8 +367,10 @@ impl Context {
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
         // The `curlwp` read: one thread-local load, no call chain.
         if let Some(cx) = Context::current_task() {
-            // SAFETY: `current_task` returns only installed pointers, which are live.
-            let cx = unsafe { &*cx };
+            // The operation keeps a handle of its own (one reference count): once the task
+            // suspends, its scheduler may move or drop the `TaskContext` the pointer names.
+            // SAFETY: `current_task` returns only installed pointers, which are live now.
+            let cx = &unsafe { &*cx }.clone();
             // An operation that the task's own `Park` runs (the scheduler's, while the task
             // waits: `current_task` leaves those out), or one nested in another of its
             // operations (a message's `Drop` that blocks), must not reset the waiting
@@ -678,7 +680,8 @@ pub(crate) fn current_task_id() -> usize {
 /// ```
 ///
 /// A `TaskContext` is `Send` (a task may move between threads) but not `Sync`: one task runs on
-/// one thread at a time.
+/// one thread at a time. A scheduler may move it, or keep it anywhere, between turns of its
+/// task: an operation that blocks holds a handle of its own to the task's waiting state.
 ///
 /// ```compile_fail
 /// fn shared_between_threads<T: Sync>() {}
