@@ -37,10 +37,18 @@
 //! - A `send`/`recv` that does not wait is one CAS on the channel's tail/head, one store of the
 //!   slot's stamp, and one load (a plain `mov` on x86) to see whether a peer waits (`bounded`,
 //!   `unbounded`). Nothing allocates except the unbounded flavor, once per 31 messages.
-//! - An operation that must wait first polls the channel between `sched_yield`s for up to
-//!   50 µs (a thread; a fiber spins ~3 µs instead), then registers itself, re-checks, and parks
-//!   (`waiter.rs`, `backoff.rs`: why, with measurements). Waking a parked thread costs a futex
-//!   wake; a waker that finds nobody registered pays nothing more.
+//! - A thread that must wait first spins for as long as spinning has been paying on that
+//!   channel side (an adaptive estimate), then polls between `sched_yield`s for up to 50 µs (a
+//!   receiver of `bounded(n > 1)`: four yields, so that it trails a streaming sender), then
+//!   registers itself, re-checks, and parks. A rendezvous, a `Select` and a capacity-one
+//!   waiter register first and poll their claim word, so that a peer can finish the operation
+//!   for them. A fiber never yields its thread: it spins ~3 µs at most, and only when its
+//!   scheduler has nothing else ready (`waiter.rs`, `backoff.rs`: why, with measurements).
+//!   Waking a parked thread costs a futex wake; a waker that finds nobody registered pays
+//!   nothing more.
+//! - A blocking receiver of `unbounded()` claims the next position before any sender has and
+//!   waits on that slot alone; if its wait runs out it gives the position up, and the sender
+//!   that reaches it sends again further on.
 //! - A receiver that frees a slot of a full `bounded` channel moves a blocked sender's message
 //!   into it before waking that sender (Go's `chanrecv` does the same), so the next receiver
 //!   does not wait for the sender to be scheduled.
@@ -62,8 +70,9 @@
 //! is one thread-local load. Where an operation waits for a step another task has already begun
 //! (a receiver that took a `Select`'s send on a rendezvous channel, waiting for the selecting
 //! task to write), a fiber lets its scheduler run the others ([`Park::yield_now`]) instead of
-//! spinning: the task it waits for may share its thread. `tests/chan_fibers.rs` runs rings, producers and consumers, selects and
-//! timeouts as fibers of one thread under a minimal scheduler written against this seam.
+//! spinning: the task it waits for may share its thread. `tests/chan_fibers.rs` runs rings,
+//! producers and consumers, selects and timeouts as fibers of one thread under a minimal
+//! scheduler written against this seam.
 //!
 //! # Ordering
 //!
