@@ -815,6 +815,14 @@ fn local_timed_operations_and_queries() {
         Err(RecvTimeoutError::Disconnected)
     );
 
+    // Both `IntoIterator`s: by reference, then by value.
+    let (tx, rx) = chan::local::channel();
+    (1..=3).for_each(|v| tx.send(v).unwrap());
+    drop(tx);
+    let mut got: Vec<_> = (&rx).into_iter().take(1).collect();
+    got.extend(rx);
+    assert_eq!(got, [1, 2, 3]);
+
     let (tx, rx) = chan::local::channel::<u8>();
     drop(rx);
     assert!(tx.is_disconnected());

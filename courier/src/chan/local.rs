@@ -336,13 +336,13 @@ impl<T> Receiver<T> {
 
     /// The messages as they come, parking the current task while the channel is empty, until
     /// every sender is gone.
-    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        std::iter::from_fn(|| self.recv().ok())
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
     }
 
     /// The messages available now.
-    pub fn try_iter(&self) -> impl Iterator<Item = T> + '_ {
-        std::iter::from_fn(|| self.try_recv().ok())
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
     }
 
     /// The number of queued messages.
@@ -426,5 +426,65 @@ impl<T> fmt::Debug for Sender<T> {
 impl<T> fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("local::Receiver { .. }")
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        IntoIter { rx: self }
+    }
+}
+
+/// Blocking iterator over received messages ([`Receiver::iter`]).
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// Non-blocking iterator over the messages available now ([`Receiver::try_iter`]).
+#[derive(Debug)]
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// Owning blocking iterator ([`Receiver::into_iter`](IntoIterator::into_iter)).
+#[derive(Debug)]
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
     }
 }
