@@ -79,6 +79,73 @@
 //! Messages of one sender are received in the order it sent them; no message is lost or
 //! received twice.
 
+/// The iterator types of a receiver type that has `recv` and `try_recv` (this module's and
+/// [`local`]'s): `Iter` and `TryIter` (from `iter` and `try_iter`), `IntoIter`, and
+/// `IntoIterator` for the receiver and a reference to it.
+macro_rules! receiver_iterators {
+    ($receiver:ident) => {
+        impl<'a, T> IntoIterator for &'a $receiver<T> {
+            type Item = T;
+            type IntoIter = Iter<'a, T>;
+
+            fn into_iter(self) -> Self::IntoIter {
+                self.iter()
+            }
+        }
+
+        impl<T> IntoIterator for $receiver<T> {
+            type Item = T;
+            type IntoIter = IntoIter<T>;
+
+            fn into_iter(self) -> Self::IntoIter {
+                IntoIter { rx: self }
+            }
+        }
+
+        /// Blocking iterator over received messages ([`Receiver::iter`]).
+        #[derive(Debug)]
+        pub struct Iter<'a, T> {
+            rx: &'a $receiver<T>,
+        }
+
+        impl<T> Iterator for Iter<'_, T> {
+            type Item = T;
+
+            fn next(&mut self) -> Option<T> {
+                self.rx.recv().ok()
+            }
+        }
+
+        /// Non-blocking iterator over the messages available now ([`Receiver::try_iter`]).
+        #[derive(Debug)]
+        pub struct TryIter<'a, T> {
+            rx: &'a $receiver<T>,
+        }
+
+        impl<T> Iterator for TryIter<'_, T> {
+            type Item = T;
+
+            fn next(&mut self) -> Option<T> {
+                self.rx.try_recv().ok()
+            }
+        }
+
+        /// Owning blocking iterator (`Receiver::into_iter`).
+        #[derive(Debug)]
+        pub struct IntoIter<T> {
+            rx: $receiver<T>,
+        }
+
+        impl<T> Iterator for IntoIter<T> {
+            type Item = T;
+
+            fn next(&mut self) -> Option<T> {
+                self.rx.recv().ok()
+            }
+        }
+    };
+}
+
 mod backoff;
 mod err;
 pub(crate) mod flavors;
@@ -436,65 +503,7 @@ impl<T> fmt::Debug for Receiver<T> {
     }
 }
 
-impl<'a, T> IntoIterator for &'a Receiver<T> {
-    type Item = T;
-    type IntoIter = Iter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl<T> IntoIterator for Receiver<T> {
-    type Item = T;
-    type IntoIter = IntoIter<T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        IntoIter { rx: self }
-    }
-}
-
-/// Blocking iterator over received messages ([`Receiver::iter`]).
-#[derive(Debug)]
-pub struct Iter<'a, T> {
-    rx: &'a Receiver<T>,
-}
-
-impl<T> Iterator for Iter<'_, T> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        self.rx.recv().ok()
-    }
-}
-
-/// Non-blocking iterator over the messages available now ([`Receiver::try_iter`]).
-#[derive(Debug)]
-pub struct TryIter<'a, T> {
-    rx: &'a Receiver<T>,
-}
-
-impl<T> Iterator for TryIter<'_, T> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        self.rx.try_recv().ok()
-    }
-}
-
-/// Owning blocking iterator ([`Receiver::into_iter`]).
-#[derive(Debug)]
-pub struct IntoIter<T> {
-    rx: Receiver<T>,
-}
-
-impl<T> Iterator for IntoIter<T> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        self.rx.recv().ok()
-    }
-}
+receiver_iterators!(Receiver);
 
 // ===== impl Flavor: state queries =====
 
