@@ -1,6 +1,7 @@
 //! Memory mappings owned by a value: anonymous private memory (the "freshly
 //! mapped" memcpy target) and shared mappings of a memfd (the memory two
-//! processes spin on).
+//! processes spin on); and a source and a destination placed a chosen
+//! distance apart ([`CopyPair`]).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -114,6 +115,46 @@ pub fn memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Where a copy's destination sits relative to its source, modulo 4 KiB
+/// ([`CopyPair`]).
+///
+/// On this machine's AMD Zen 3 guest, glibc 2.36's `memcpy` of 4 KiB to
+/// 256 KiB (its `rep movsb` range) runs at 1.7-1.9 GB/s instead of 30-60
+/// when the destination is 1 to 31 bytes past the source modulo 4 KiB
+/// (BENCHMARKS.md, "Quick run of every suite"). Two same-sized heap
+/// allocations made one after the other sit exactly there (a 16-byte chunk
+/// header apart), so a floor measured with two `vec!`s can read 20 times
+/// too slow.
+pub const APART: usize = 256;
+/// The placement that hits that slow case.
+pub const ALIASED: usize = 16;
+
+/// A source and a destination of `len` bytes in one allocation, the
+/// destination `offset` bytes (modulo 4 KiB) past the source, whatever the
+/// allocator does.
+#[derive(Debug)]
+pub struct CopyPair {
+    buf: Vec<u8>,
+    len: usize,
+    dst: usize,
+}
+
+impl CopyPair {
+    /// The source filled with `fill`, the destination zeroed.
+    pub fn new(len: usize, offset: usize, fill: u8) -> CopyPair {
+        let dst = len.next_multiple_of(4096) + offset % 4096;
+        let mut buf = vec![0u8; dst + len];
+        buf[..len].fill(fill);
+        CopyPair { buf, len, dst }
+    }
+
+    /// The source (read-only) and the destination.
+    pub fn split(&mut self) -> (&[u8], &mut [u8]) {
+        let (src, dst) = self.buf.split_at_mut(self.dst);
+        (&src[..self.len], &mut dst[..self.len])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +167,18 @@ mod tests {
         m.as_mut_slice().fill(7);
         assert!(m.as_mut_slice().iter().all(|&b| b == 7));
         assert_eq!(m.as_ptr() as usize % 4096, 0);
+    }
+
+    #[test]
+    fn a_copy_pair_keeps_its_distance() {
+        for offset in [APART, ALIASED] {
+            let mut pair = CopyPair::new(64 << 10, offset, 3);
+            let (src, dst) = pair.split();
+            assert_eq!((src.len(), dst.len()), (64 << 10, 64 << 10));
+            assert!(src.iter().all(|&b| b == 3) && dst.iter().all(|&b| b == 0));
+            let distance = dst.as_ptr() as usize - src.as_ptr() as usize;
+            assert_eq!(distance % 4096, offset);
+        }
     }
 
     #[test]

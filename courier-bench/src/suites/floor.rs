@@ -38,12 +38,14 @@ use rustix::thread::futex;
 
 use crate::harness::child::{inherited_fd, Affinity, Peer, Placement};
 use crate::harness::measure::{time_each, Each, Sampled, Sampler};
-use crate::harness::mem::{memfd, Mapping};
+use crate::harness::mem::{memfd, CopyPair, Mapping, ALIASED, APART};
 use crate::harness::report::FLOOR;
 use crate::harness::{Case, Ctx, Result};
 
 /// memcpy sizes: 64 KiB (L2), 1 MiB (about the LLC slice), 8 MiB (memory).
 const COPY_SIZES: [u64; 3] = [64 << 10, 1 << 20, 8 << 20];
+/// The size also measured on the slow placement (`mem::ALIASED`).
+const ALIASED_SIZE: u64 = 64 << 10;
 /// Sizes of the one-thread send + receive cases: small, and the range where
 /// a message is one packet yet large enough for copies to matter.
 const SENDRECV_SIZES: [usize; 6] = [64, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10];
@@ -139,21 +141,30 @@ fn memcpy(ctx: &mut Ctx<'_>) -> Result<()> {
     let fresh_samples = ctx.samples(100, 8000);
     for size in COPY_SIZES {
         let len = size as usize;
-        let src = vec![0xa5u8; len];
-        let mut dst = vec![0u8; len];
         // About 1 MiB per sample, so small copies are not dwarfed by the clocks.
         let ops = ((1 << 20) / size).max(1);
-
-        let case = Case::sized("memcpy_warm", size);
-        ctx.status(case.name());
-        let s = Sampler::new(warm_samples).ops(ops).run(|ops| {
-            for _ in 0..ops {
-                dst.copy_from_slice(black_box(&src));
-                black_box(&mut dst);
-            }
-            Ok::<(), io::Error>(())
-        })?;
-        record_copy(ctx, &case, size, &s);
+        // The warm copy where the allocator cannot put it on the slow
+        // placement (`mem::APART`), and, at the size where that placement is
+        // slow, on it (`_aliased`): what two `vec!`s made in turn get.
+        let mut placements = vec![("memcpy_warm", APART)];
+        if size == ALIASED_SIZE {
+            placements.push(("memcpy_warm_aliased", ALIASED));
+        }
+        for (family, offset) in placements {
+            let mut pair = CopyPair::new(len, offset, 0xa5);
+            let (src, dst) = pair.split();
+            let case = Case::sized(family, size);
+            ctx.status(case.name());
+            let s = Sampler::new(warm_samples).ops(ops).run(|ops| {
+                for _ in 0..ops {
+                    dst.copy_from_slice(black_box(src));
+                    black_box(&mut *dst);
+                }
+                Ok::<(), io::Error>(())
+            })?;
+            record_copy(ctx, &case, size, &s);
+        }
+        let src = vec![0xa5u8; len];
 
         let case = Case::sized("memcpy_fresh", size);
         ctx.status(case.name());
@@ -171,7 +182,9 @@ fn memcpy(ctx: &mut Ctx<'_>) -> Result<()> {
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .unwrap_or_else(|_| "unknown".into());
     ctx.note(format!(
-        "memcpy: copy_from_slice (the platform memcpy); fresh = new anonymous mapping per sample, \
+        "memcpy: copy_from_slice (the platform memcpy); warm = source and destination {APART} B \
+         apart modulo 4 KiB, aliased = {ALIASED} B (two heap buffers made in turn), which glibc's \
+         rep movsb copies slowly on some CPUs; fresh = new anonymous mapping per sample, \
          page faults included, munmap excluded; transparent huge pages: {}",
         thp.trim()
     ));
