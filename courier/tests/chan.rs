@@ -832,6 +832,34 @@ fn local_timed_operations_and_queries() {
     );
 }
 
+/// A local receiver in a `Select` outside a task: chosen when ready, with a thread-safe
+/// receiver beside it; a timed select over it alone times out.
+#[test]
+fn local_receivers_in_a_select_outside_a_task() {
+    let (local_tx, local_rx) = chan::local::channel::<u8>();
+    let (tx, rx) = chan::unbounded::<u8>();
+    let mut sel = Select::new();
+    let local = sel.recv(&local_rx);
+    let shared = sel.recv(&rx);
+    assert!(sel.try_select().is_err());
+    local_tx.send(7).unwrap();
+    let oper = sel.select();
+    assert_eq!(oper.index(), local);
+    assert_eq!(oper.recv(&local_rx), Ok(7));
+    tx.send(8).unwrap();
+    let oper = sel.select();
+    assert_eq!(oper.index(), shared);
+    assert_eq!(oper.recv(&rx), Ok(8));
+
+    let mut sel = Select::new();
+    sel.recv(&local_rx);
+    let start = Instant::now();
+    assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+    assert!(start.elapsed() >= Duration::from_millis(5));
+    drop(local_tx);
+    assert_eq!(sel.select().recv(&local_rx), Err(RecvError));
+}
+
 #[test]
 #[should_panic(expected = "would block the thread forever")]
 fn local_blocking_outside_a_task_panics_instead_of_deadlocking() {

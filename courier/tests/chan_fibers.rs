@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
-use courier::chan::{self, Park, Receiver, RecvTimeoutError, Select, Sender, TaskContext};
+use courier::chan::{
+    self, Park, Receiver, RecvError, RecvTimeoutError, Select, Sender, TaskContext,
+};
 
 mod watchdog;
 use watchdog::with_watchdog;
@@ -646,6 +648,86 @@ fn local_timeouts_between_fibers() {
             tx.send(42).unwrap();
         });
         run_fibers(vec![first, second, sender]);
+    });
+}
+
+/// `Select` over `chan::local` receivers between fibers: a fiber selecting over two local
+/// channels (and then a thread-safe one) while sender fibers fill them gets every message once,
+/// each channel's in order, and sees each channel disconnect; `Select::ready` wakes for a
+/// local message.
+#[test]
+fn local_receivers_in_a_select_between_fibers() {
+    with_watchdog("local select", LIMIT, || {
+        const PER_SENDER: u64 = 500;
+        let (tx_a, rx_a) = chan::local::channel::<u64>();
+        let (tx_b, rx_b) = chan::local::bounded::<u64>(1);
+        let got = Rc::new(std::cell::RefCell::new([Vec::new(), Vec::new()]));
+        let g = got.clone();
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut open = [true, true];
+            while open.iter().any(|&o| o) {
+                let mut sel = Select::new();
+                let a = open[0].then(|| sel.recv(&rx_a));
+                let b = open[1].then(|| sel.recv(&rx_b));
+                let oper = sel.select();
+                let (k, got) = if Some(oper.index()) == a {
+                    (0, oper.recv(&rx_a))
+                } else {
+                    assert_eq!(Some(oper.index()), b);
+                    (1, oper.recv(&rx_b))
+                };
+                match got {
+                    Ok(v) => g.borrow_mut()[k].push(v),
+                    Err(RecvError) => open[k] = false,
+                }
+            }
+        });
+        let sender_a: Box<dyn FnOnce()> = Box::new(move || {
+            for k in 0..PER_SENDER {
+                tx_a.send(k).unwrap();
+                if k % 7 == 0 {
+                    yield_fiber();
+                }
+            }
+        });
+        let sender_b: Box<dyn FnOnce()> = Box::new(move || {
+            for k in 0..PER_SENDER {
+                tx_b.send(1000 + k).unwrap();
+            }
+        });
+        run_fibers(vec![selecting, sender_a, sender_b]);
+        let got = got.borrow();
+        assert!(got[0] == (0..PER_SENDER).collect::<Vec<_>>());
+        assert!(got[1] == (1000..1000 + PER_SENDER).collect::<Vec<_>>());
+
+        // A local and a thread-safe receiver in one select; then `ready` on a local one.
+        let (local_tx, local_rx) = chan::local::channel::<u64>();
+        let (tx, rx) = chan::unbounded::<u64>();
+        let (ready_tx, ready_rx) = chan::local::channel::<u64>();
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            let local = sel.recv(&local_rx);
+            let shared = sel.recv(&rx);
+            let oper = sel.select();
+            assert_eq!(oper.index(), shared);
+            assert_eq!(oper.recv(&rx), Ok(1));
+            let oper = sel.select();
+            assert_eq!(oper.index(), local);
+            assert_eq!(oper.recv(&local_rx), Err(RecvError));
+
+            let mut sel = Select::new();
+            let only = sel.recv(&ready_rx);
+            assert_eq!(sel.ready(), only);
+            assert_eq!(ready_rx.try_recv(), Ok(2));
+        });
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            tx.send(1).unwrap();
+            yield_fiber();
+            drop(local_tx);
+            yield_fiber();
+            ready_tx.send(2).unwrap();
+        });
+        run_fibers(vec![selecting, sender]);
     });
 }
 

@@ -41,8 +41,7 @@ use std::time::{Duration, Instant};
 use super::err::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-#[cfg(not(loom))]
-use super::waiter::Context;
+use super::waiter::{Context, WaitList};
 
 /// An unbounded local channel.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
@@ -63,6 +62,8 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
         receivers: Cell::new(1),
         waiting_senders: RefCell::new(VecDeque::new()),
         waiting_receivers: RefCell::new(VecDeque::new()),
+        selecting: RefCell::new(WaitList::new()),
+        receivers_wait: Cell::new(false),
     });
     (
         Sender {
@@ -89,9 +90,62 @@ struct Shared<T> {
     /// Tasks waiting for room / for a message (pointers to their on-stack `Waiter`s).
     waiting_senders: RefCell<VecDeque<*const Waiter>>,
     waiting_receivers: RefCell<VecDeque<*const Waiter>>,
+    /// `Select`s waiting for a message or for the senders to leave (`Select::recv` on a
+    /// receiver), and `Select::ready` callers watching for either.
+    selecting: RefCell<WaitList>,
+    /// A receiver or a select may be waiting (set before one queues, cleared when a message
+    /// finds none): the one read a send makes when nobody waits.
+    receivers_wait: Cell<bool>,
 }
 
 impl<T> Shared<T> {
+    /// A message arrived: wake whoever waits for one.
+    #[inline]
+    fn message_arrived(&self) {
+        if self.receivers_wait.get() {
+            self.wake_receiver();
+        }
+    }
+
+    /// Wakes a parked receiver if there is one, else claims a waiting select; and wakes every
+    /// watcher.
+    #[cold]
+    fn wake_receiver(&self) {
+        let woke = !self.waiting_receivers.borrow().is_empty();
+        if woke {
+            Self::wake_one(&self.waiting_receivers);
+        }
+        let (chosen, observers) = {
+            let mut selecting = self.selecting.borrow_mut();
+            let chosen = if woke { None } else { selecting.try_select() };
+            (chosen, selecting.take_observers())
+        };
+        self.receivers_wait.set(
+            !self.waiting_receivers.borrow().is_empty() || !self.selecting.borrow().is_empty(),
+        );
+        if let Some(entry) = chosen {
+            entry.cx.unpark();
+        }
+        observers.iter().for_each(Context::unpark);
+    }
+
+    /// Runs `f` on the selects waiting on this channel (`receivers_wait` set if any is left).
+    fn with_selecting<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> R {
+        let mut selecting = self.selecting.borrow_mut();
+        let r = f(&mut selecting);
+        if !selecting.is_empty() {
+            self.receivers_wait.set(true);
+        }
+        r
+    }
+
+    /// The last sender left: wake every receiver, select and watcher.
+    fn senders_gone(&self) {
+        Self::wake_all(&self.waiting_receivers);
+        let woken = self.with_selecting(|selecting| selecting.disconnect());
+        woken.iter().for_each(Context::unpark);
+    }
+
     /// Wakes the first task of `list`.
     fn wake_one(list: &RefCell<VecDeque<*const Waiter>>) {
         let first = list.borrow_mut().pop_front();
@@ -200,9 +254,7 @@ impl<T> Sender<T> {
             }
             q.push_back(msg);
         }
-        if !s.waiting_receivers.borrow().is_empty() {
-            Shared::<T>::wake_one(&s.waiting_receivers);
-        }
+        s.message_arrived();
         Ok(())
     }
 
@@ -321,6 +373,7 @@ impl<T> Receiver<T> {
                 Ok(msg) => return Ok(msg),
                 Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
                 Err(TryRecvError::Empty) => {
+                    self.shared.receivers_wait.set(true);
                     let waiting = &self.shared.waiting_receivers;
                     if !Shared::<T>::park_on(waiting, "recv on an empty channel", deadline) {
                         // One last try: a message may have come as the deadline passed.
@@ -370,6 +423,17 @@ impl<T> Receiver<T> {
         self.shared.senders.get() == 0
     }
 
+    /// Would a receive complete now (a message, or every sender gone)?
+    pub(crate) fn is_ready(&self) -> bool {
+        !self.is_empty() || self.is_disconnected()
+    }
+
+    /// Runs `f` on the selects and watchers waiting on this channel (see
+    /// [`Select`](super::Select)).
+    pub(crate) fn with_selecting<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> R {
+        self.shared.with_selecting(f)
+    }
+
     /// `true` if both receivers receive from the same channel.
     pub fn same_channel(&self, other: &Receiver<T>) -> bool {
         Rc::ptr_eq(&self.shared, &other.shared)
@@ -399,7 +463,7 @@ impl<T> Drop for Sender<T> {
         let n = self.shared.senders.get() - 1;
         self.shared.senders.set(n);
         if n == 0 {
-            Shared::<T>::wake_all(&self.shared.waiting_receivers);
+            self.shared.senders_gone();
         }
     }
 }

@@ -22,6 +22,7 @@ use super::err::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
 use super::flavors::Token;
+use super::local;
 use super::oneshot;
 use super::waiter::{current_may_yield, Context, Operation, Selected};
 use super::{deadline_after, Flavor, Receiver, Sender};
@@ -210,7 +211,8 @@ impl<T> SelectHandle for oneshot::Receiver<T> {
 }
 
 /// A receiving end that [`Select::recv`] (and [`select!`](crate::select)) can wait on: a
-/// channel's [`Receiver`], or a [`oneshot::Receiver`]. Sealed: implemented in this crate only.
+/// channel's [`Receiver`], a [`oneshot::Receiver`], or a [`local::Receiver`] (whose select
+/// waits in a task of its thread, like its `recv`). Sealed: implemented in this crate only.
 ///
 /// ```
 /// use courier::chan::{self, Select};
@@ -244,6 +246,7 @@ mod sealed {
     pub trait Sealed {}
     impl<T> Sealed for super::Receiver<T> {}
     impl<T> Sealed for super::oneshot::Receiver<T> {}
+    impl<T> Sealed for super::local::Receiver<T> {}
 }
 
 impl<T> SelectRecv for Receiver<T> {
@@ -271,6 +274,55 @@ impl<T> SelectRecv for oneshot::Receiver<T> {
     fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
         op.check_endpoint(self as *const Self as *const u8, "receiver");
         self.try_recv().map_err(|_| RecvError)
+    }
+}
+
+/// A [`local::Receiver`]: nothing is reserved (its peers are tasks of the same thread), so a
+/// selected receive takes the message when it is completed. Should another task of the thread
+/// take it in between (the selecting task blocked elsewhere first), the completion waits for
+/// the next one, as [`local::Receiver::recv`] does.
+impl<T> SelectHandle for local::Receiver<T> {
+    fn try_select(&self, _: &mut Token) -> bool {
+        self.is_ready()
+    }
+
+    fn register(&self, oper: Operation, cx: &Context) -> bool {
+        self.with_selecting(|selecting| selecting.register(oper, cx));
+        self.is_ready()
+    }
+
+    fn unregister(&self, oper: Operation) {
+        self.with_selecting(|selecting| selecting.unregister(oper));
+    }
+
+    fn accept(&self, _: &mut Token, _: &Context) -> bool {
+        self.is_ready()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.is_ready()
+    }
+
+    fn watch(&self, oper: Operation, cx: &Context) -> bool {
+        self.with_selecting(|selecting| selecting.watch(oper, cx));
+        self.is_ready()
+    }
+
+    fn unwatch(&self, oper: Operation) {
+        self.with_selecting(|selecting| selecting.unwatch(oper));
+    }
+}
+
+impl<T> SelectRecv for local::Receiver<T> {
+    type Msg = T;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        sel.push(self, self as *const Self as *const u8)
+    }
+
+    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.check_endpoint(self as *const Self as *const u8, "receiver");
+        self.recv()
     }
 }
 
