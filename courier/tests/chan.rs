@@ -862,6 +862,15 @@ fn local_receivers_in_a_select_outside_a_task() {
 
 #[test]
 #[should_panic(expected = "would block the thread forever")]
+fn a_select_over_local_receivers_only_outside_a_task_panics_instead_of_deadlocking() {
+    let (_tx, rx) = chan::local::channel::<u8>();
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    let _ = sel.select();
+}
+
+#[test]
+#[should_panic(expected = "would block the thread forever")]
 fn local_blocking_outside_a_task_panics_instead_of_deadlocking() {
     let (_tx, rx) = chan::local::channel::<u8>();
     let _ = rx.recv();

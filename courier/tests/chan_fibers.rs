@@ -728,6 +728,30 @@ fn local_receivers_in_a_select_between_fibers() {
             ready_tx.send(2).unwrap();
         });
         run_fibers(vec![selecting, sender]);
+
+        // A parked `recv` and a parked select on one channel: two messages, one each.
+        let (tx, rx) = chan::local::channel::<u64>();
+        let rx2 = rx.clone();
+        let got = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let (g1, g2) = (got.clone(), got.clone());
+        let receiving: Box<dyn FnOnce()> = Box::new(move || {
+            let v = rx.recv().unwrap();
+            g1.borrow_mut().push(v);
+        });
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx2);
+            let v = sel.select().recv(&rx2).unwrap();
+            g2.borrow_mut().push(v);
+        });
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            tx.send(1).unwrap();
+            tx.send(2).unwrap();
+        });
+        run_fibers(vec![receiving, selecting, sender]);
+        let mut got = got.borrow().clone();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
     });
 }
 

@@ -31,6 +31,13 @@
 //! overflows `Instant` has no deadline, and panics there as an untimed one does. `iter` ends
 //! only when every sender is gone, so outside a task it panics at the first empty queue while
 //! a sender lives.
+//!
+//! A receiver can take part in a [`Select`](super::Select) (beside any other channel's). A
+//! select over local receivers only, without a deadline, panics outside a task as `recv`
+//! does. Nothing is reserved for a select: a message arriving goes to a parked `recv` first,
+//! else to a waiting select; and should another task take the selected message before the
+//! selecting one completes the operation, the completion waits for the next message, as
+//! `recv` would (without the select's deadline).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -93,8 +100,8 @@ struct Shared<T> {
     /// `Select`s waiting for a message or for the senders to leave (`Select::recv` on a
     /// receiver), and `Select::ready` callers watching for either.
     selecting: RefCell<WaitList>,
-    /// A receiver or a select may be waiting (set before one queues, cleared when a message
-    /// finds none): the one read a send makes when nobody waits.
+    /// A receiver or a select may be waiting: set before one queues, recomputed from the lists
+    /// by a send that finds it set. The one read a send makes when nobody waits.
     receivers_wait: Cell<bool>,
 }
 

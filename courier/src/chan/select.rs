@@ -49,6 +49,11 @@ pub(crate) trait SelectHandle {
     fn is_rendezvous(&self) -> bool {
         false
     }
+    /// Can only a task of this thread make the operation ready (a `chan::local` end)?
+    #[cfg_attr(loom, allow(dead_code))] // read by `check_can_wait`, a no-op under loom
+    fn is_local(&self) -> bool {
+        false
+    }
 }
 
 impl<T> SelectHandle for Sender<T> {
@@ -311,6 +316,10 @@ impl<T> SelectHandle for local::Receiver<T> {
     fn unwatch(&self, oper: Operation) {
         self.with_selecting(|selecting| selecting.unwatch(oper));
     }
+
+    fn is_local(&self) -> bool {
+        true
+    }
 }
 
 impl<T> SelectRecv for local::Receiver<T> {
@@ -553,6 +562,21 @@ impl<'a> Select<'a> {
         SPIN.with(|spin| spin_adaptively(spin, &mut attempt))
     }
 
+    /// Panics where waiting could only deadlock: no deadline, outside a scheduler task, and
+    /// every operation a `chan::local` one, which only this (then sleeping) thread could make
+    /// ready; as a local `recv` does there.
+    fn check_can_wait(&self, deadline: Option<Instant>) {
+        #[cfg(not(loom))]
+        if deadline.is_none()
+            && self.handles.iter().all(|h| h.handle.is_local())
+            && Context::current_task().is_none()
+        {
+            panic!("chan::local: a select would block the thread forever (no scheduler task)");
+        }
+        #[cfg(loom)]
+        let _ = deadline;
+    }
+
     /// The operations in trying order: from `start` round to just before it.
     fn in_turn(&self, start: usize) -> impl Iterator<Item = &Handle<'a>> {
         let (front, back) = self.handles.split_at(start);
@@ -578,6 +602,7 @@ impl<'a> Select<'a> {
             if matches!(timeout, Timeout::Now) || deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
             }
+            self.check_can_wait(deadline);
             if std::mem::take(&mut first) {
                 let ready = self.spin_before_registering(|| {
                     self.in_turn(start)
@@ -633,6 +658,7 @@ impl<'a> Select<'a> {
             if matches!(timeout, Timeout::Now) {
                 return None;
             }
+            self.check_can_wait(deadline);
             // 2. Before the first registration, retry while spinning pays.
             if !token.waited {
                 let chosen = self.spin_before_registering(|| {
