@@ -825,4 +825,88 @@ proptest::proptest! {
             producers_and_consumers(name, make, (producers, consumers, per_producer), Some(seed));
         });
     }
+
+    /// Two `chan::local` channels (one bounded) fed by a sender fiber each, drained by a fiber
+    /// selecting over both and a fiber receiving from the first, in a random (seeded) order:
+    /// every message arrives once, and each consumer sees each channel's messages in order.
+    #[test]
+    fn local_selects_in_random_orders(
+        seed in proptest::prelude::any::<u64>(),
+        cap in 1..4usize,
+        per_sender in 1..200u64,
+    ) {
+        with_watchdog("local select", LIMIT, move || {
+            local_select_and_recv(seed, cap, per_sender);
+        });
+    }
+}
+
+/// The body of `local_selects_in_random_orders`.
+fn local_select_and_recv(seed: u64, cap: usize, per_sender: u64) {
+    let (tx_a, rx_a) = chan::local::channel::<u64>();
+    let (tx_b, rx_b) = chan::local::bounded::<u64>(cap);
+    let rx_a2 = rx_a.clone();
+    // What each consumer got: (channel, value).
+    let selected = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let received = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let (s, r) = (selected.clone(), received.clone());
+    let selecting: Box<dyn FnOnce()> = Box::new(move || {
+        let mut open = [true, true];
+        while open.iter().any(|&o| o) {
+            let mut sel = Select::new();
+            let a = open[0].then(|| sel.recv(&rx_a));
+            let b = open[1].then(|| sel.recv(&rx_b));
+            let oper = sel.select();
+            let (k, got) = if Some(oper.index()) == a {
+                (0, oper.recv(&rx_a))
+            } else {
+                assert_eq!(Some(oper.index()), b);
+                (1, oper.recv(&rx_b))
+            };
+            match got {
+                Ok(v) => s.borrow_mut().push((k, v)),
+                Err(RecvError) => open[k] = false,
+            }
+        }
+    });
+    let receiving: Box<dyn FnOnce()> = Box::new(move || {
+        for v in &rx_a2 {
+            r.borrow_mut().push((0, v));
+        }
+    });
+    let sender_a: Box<dyn FnOnce()> = Box::new(move || {
+        for k in 0..per_sender {
+            tx_a.send(k).unwrap();
+            if k % 3 == 0 {
+                yield_fiber();
+            }
+        }
+    });
+    let sender_b: Box<dyn FnOnce()> = Box::new(move || {
+        for k in 0..per_sender {
+            tx_b.send(k).unwrap();
+        }
+    });
+    run_fibers_in_order(vec![selecting, receiving, sender_a, sender_b], Some(seed));
+    for got in [&selected, &received] {
+        for k in 0..2 {
+            let mine: Vec<u64> = got
+                .borrow()
+                .iter()
+                .filter(|m| m.0 == k)
+                .map(|m| m.1)
+                .collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "channel {k} out of order"
+            );
+        }
+    }
+    let mut all: Vec<(usize, u64)> = selected.borrow().clone();
+    all.extend(received.borrow().iter().copied());
+    all.sort_unstable();
+    let expected: Vec<(usize, u64)> = (0..2)
+        .flat_map(|k| (0..per_sender).map(move |v| (k, v)))
+        .collect();
+    assert!(all == expected, "a message lost or received twice");
 }
