@@ -661,27 +661,9 @@ fn local_receivers_in_a_select_between_fibers() {
         const PER_SENDER: u64 = 500;
         let (tx_a, rx_a) = chan::local::channel::<u64>();
         let (tx_b, rx_b) = chan::local::bounded::<u64>(1);
-        let got = Rc::new(std::cell::RefCell::new([Vec::new(), Vec::new()]));
+        let got = Rc::new(std::cell::RefCell::new(Vec::new()));
         let g = got.clone();
-        let selecting: Box<dyn FnOnce()> = Box::new(move || {
-            let mut open = [true, true];
-            while open.iter().any(|&o| o) {
-                let mut sel = Select::new();
-                let a = open[0].then(|| sel.recv(&rx_a));
-                let b = open[1].then(|| sel.recv(&rx_b));
-                let oper = sel.select();
-                let (k, got) = if Some(oper.index()) == a {
-                    (0, oper.recv(&rx_a))
-                } else {
-                    assert_eq!(Some(oper.index()), b);
-                    (1, oper.recv(&rx_b))
-                };
-                match got {
-                    Ok(v) => g.borrow_mut()[k].push(v),
-                    Err(RecvError) => open[k] = false,
-                }
-            }
-        });
+        let selecting: Box<dyn FnOnce()> = Box::new(move || select_until_closed(&rx_a, &rx_b, &g));
         let sender_a: Box<dyn FnOnce()> = Box::new(move || {
             for k in 0..PER_SENDER {
                 tx_a.send(k).unwrap();
@@ -696,9 +678,15 @@ fn local_receivers_in_a_select_between_fibers() {
             }
         });
         run_fibers(vec![selecting, sender_a, sender_b]);
-        let got = got.borrow();
-        assert!(got[0] == (0..PER_SENDER).collect::<Vec<_>>());
-        assert!(got[1] == (1000..1000 + PER_SENDER).collect::<Vec<_>>());
+        let of = |k: usize| -> Vec<u64> {
+            got.borrow()
+                .iter()
+                .filter(|m| m.0 == k)
+                .map(|m| m.1)
+                .collect()
+        };
+        assert!(of(0) == (0..PER_SENDER).collect::<Vec<_>>());
+        assert!(of(1) == (1000..1000 + PER_SENDER).collect::<Vec<_>>());
 
         // A local and a thread-safe receiver in one select; then `ready` on a local one.
         let (local_tx, local_rx) = chan::local::channel::<u64>();
@@ -841,6 +829,32 @@ proptest::proptest! {
     }
 }
 
+/// Selects over `a` and `b` until both have disconnected, noting each message as (0 for `a`,
+/// 1 for `b`; the value).
+fn select_until_closed(
+    a: &chan::local::Receiver<u64>,
+    b: &chan::local::Receiver<u64>,
+    got: &std::cell::RefCell<Vec<(usize, u64)>>,
+) {
+    let mut open = [true, true];
+    while open.iter().any(|&o| o) {
+        let mut sel = Select::new();
+        let ia = open[0].then(|| sel.recv(a));
+        let ib = open[1].then(|| sel.recv(b));
+        let oper = sel.select();
+        let (k, res) = if Some(oper.index()) == ia {
+            (0, oper.recv(a))
+        } else {
+            assert_eq!(Some(oper.index()), ib);
+            (1, oper.recv(b))
+        };
+        match res {
+            Ok(v) => got.borrow_mut().push((k, v)),
+            Err(RecvError) => open[k] = false,
+        }
+    }
+}
+
 /// The body of `local_selects_in_random_orders`.
 fn local_select_and_recv(seed: u64, cap: usize, per_sender: u64) {
     let (tx_a, rx_a) = chan::local::channel::<u64>();
@@ -850,25 +864,7 @@ fn local_select_and_recv(seed: u64, cap: usize, per_sender: u64) {
     let selected = Rc::new(std::cell::RefCell::new(Vec::new()));
     let received = Rc::new(std::cell::RefCell::new(Vec::new()));
     let (s, r) = (selected.clone(), received.clone());
-    let selecting: Box<dyn FnOnce()> = Box::new(move || {
-        let mut open = [true, true];
-        while open.iter().any(|&o| o) {
-            let mut sel = Select::new();
-            let a = open[0].then(|| sel.recv(&rx_a));
-            let b = open[1].then(|| sel.recv(&rx_b));
-            let oper = sel.select();
-            let (k, got) = if Some(oper.index()) == a {
-                (0, oper.recv(&rx_a))
-            } else {
-                assert_eq!(Some(oper.index()), b);
-                (1, oper.recv(&rx_b))
-            };
-            match got {
-                Ok(v) => s.borrow_mut().push((k, v)),
-                Err(RecvError) => open[k] = false,
-            }
-        }
-    });
+    let selecting: Box<dyn FnOnce()> = Box::new(move || select_until_closed(&rx_a, &rx_b, &s));
     let receiving: Box<dyn FnOnce()> = Box::new(move || {
         for v in &rx_a2 {
             r.borrow_mut().push((0, v));
