@@ -860,6 +860,67 @@ fn local_receivers_in_a_select_outside_a_task() {
     assert_eq!(sel.select().recv(&local_rx), Err(RecvError));
 }
 
+/// A local sender in a `Select` outside a task: chosen when its channel has room (and an
+/// unbounded one always), with a thread-safe sender beside it; a timed select over a full one
+/// alone times out; once the receivers are gone the select hands the message back.
+#[test]
+fn local_senders_in_a_select_outside_a_task() {
+    let (local_tx, local_rx) = chan::local::bounded::<u8>(1);
+    let (tx, rx) = chan::bounded::<u8>(1);
+    let mut sel = Select::new();
+    let local = sel.send(&local_tx);
+    let shared = sel.send(&tx);
+    let first = sel.select();
+    let second_index = if first.index() == local {
+        first.send(&local_tx, 1).unwrap();
+        shared
+    } else {
+        assert_eq!(first.index(), shared);
+        first.send(&tx, 1).unwrap();
+        local
+    };
+    let second = sel.select();
+    assert_eq!(second.index(), second_index);
+    if second_index == local {
+        second.send(&local_tx, 2).unwrap();
+    } else {
+        second.send(&tx, 2).unwrap();
+    }
+    assert!(sel.try_select().is_err(), "both channels are full");
+    assert_eq!(local_rx.try_recv().unwrap() + rx.try_recv().unwrap(), 3);
+
+    local_tx.send(3).unwrap();
+    let mut sel = Select::new();
+    sel.send(&local_tx);
+    let start = Instant::now();
+    assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+    assert!(start.elapsed() >= Duration::from_millis(5));
+    let mut sel = Select::new();
+    let only = sel.send(&local_tx);
+    assert!(sel.try_ready().is_err());
+    drop(local_rx);
+    assert_eq!(sel.ready(), only);
+    assert_eq!(sel.select().send(&local_tx, 4), Err(SendError(4)));
+
+    let (unbounded_tx, unbounded_rx) = chan::local::channel::<u8>();
+    let mut sel = Select::new();
+    sel.send(&unbounded_tx);
+    for k in 0..100 {
+        sel.select().send(&unbounded_tx, k).unwrap();
+    }
+    assert_eq!(unbounded_rx.len(), 100);
+}
+
+#[test]
+#[should_panic(expected = "would block the thread forever")]
+fn a_select_over_full_local_senders_only_outside_a_task_panics_instead_of_deadlocking() {
+    let (tx, _rx) = chan::local::bounded::<u8>(1);
+    tx.send(0).unwrap();
+    let mut sel = Select::new();
+    sel.send(&tx);
+    let _ = sel.select();
+}
+
 #[test]
 #[should_panic(expected = "would block the thread forever")]
 fn a_select_over_local_receivers_only_outside_a_task_panics_instead_of_deadlocking() {

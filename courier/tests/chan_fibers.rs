@@ -743,6 +743,138 @@ fn local_receivers_in_a_select_between_fibers() {
     });
 }
 
+/// `Select` over `chan::local` senders between fibers: a fiber selecting sends over two full
+/// bounded local channels while receiver fibers drain them gets every message through once and
+/// in order; a parked select gets its message back when the receivers leave; `Select::ready`
+/// wakes when room is made; and a parked `send` beside a parked select on one full channel
+/// both complete when two slots free up.
+#[test]
+fn local_senders_in_a_select_between_fibers() {
+    with_watchdog("local select sends", LIMIT, || {
+        const PER_CHANNEL: u64 = 500;
+        let (tx_a, rx_a) = chan::local::bounded::<u64>(1);
+        let (tx_b, rx_b) = chan::local::bounded::<u64>(2);
+        let got = Rc::new(std::cell::RefCell::new([Vec::new(), Vec::new()]));
+        let selecting: Box<dyn FnOnce()> =
+            Box::new(move || select_sends(&tx_a, &tx_b, 0, PER_CHANNEL));
+        let receivers = [rx_a, rx_b].into_iter().enumerate().map(|(k, rx)| {
+            let got = got.clone();
+            Box::new(move || {
+                for (j, v) in rx.iter().enumerate() {
+                    got.borrow_mut()[k].push(v);
+                    if j % 5 == 0 {
+                        yield_fiber();
+                    }
+                }
+            }) as Box<dyn FnOnce()>
+        });
+        run_fibers(std::iter::once(selecting).chain(receivers).collect());
+        for k in 0..2 {
+            assert!(got.borrow()[k] == (0..PER_CHANNEL).collect::<Vec<_>>());
+        }
+
+        // A parked select over a full local channel and a thread-safe one: the receivers leave.
+        let (local_tx, local_rx) = chan::local::bounded::<u64>(1);
+        let (tx, rx) = chan::bounded::<u64>(1);
+        local_tx.send(0).unwrap();
+        tx.send(0).unwrap();
+        let (ready_tx, ready_rx) = chan::local::bounded::<u64>(1);
+        ready_tx.send(0).unwrap();
+        let ready_rx2 = ready_rx.clone();
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            let local = sel.send(&local_tx);
+            let shared = sel.send(&tx);
+            let oper = sel.select();
+            assert_eq!(oper.index(), shared);
+            assert_eq!(oper.send(&tx, 1), Ok(()));
+            let oper = sel.select();
+            assert_eq!(oper.index(), local);
+            assert_eq!(oper.send(&local_tx, 2), Err(chan::SendError(2)));
+
+            let mut sel = Select::new();
+            let only = sel.send(&ready_tx);
+            assert_eq!(sel.ready(), only);
+            assert_eq!(ready_tx.try_send(3), Ok(()));
+            assert_eq!(ready_rx2.try_recv(), Ok(3));
+        });
+        let receiver: Box<dyn FnOnce()> = Box::new(move || {
+            assert_eq!(rx.recv(), Ok(0));
+            yield_fiber();
+            drop(local_rx);
+            yield_fiber();
+            assert_eq!(rx.try_recv(), Ok(1), "the selected send completed");
+            assert_eq!(ready_rx.recv(), Ok(0));
+        });
+        run_fibers(vec![selecting, receiver]);
+
+        // A parked `send` and a parked select on one full channel: two slots, one each.
+        let (tx, rx) = chan::local::bounded::<u64>(1);
+        tx.send(0).unwrap();
+        let tx2 = tx.clone();
+        let sending: Box<dyn FnOnce()> = Box::new(move || tx.send(1).unwrap());
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            sel.send(&tx2);
+            sel.select().send(&tx2, 2).unwrap();
+        });
+        let receiver: Box<dyn FnOnce()> = Box::new(move || {
+            let mut got: Vec<u64> = rx.iter().collect();
+            got.sort_unstable();
+            assert_eq!(got, [0, 1, 2]);
+        });
+        run_fibers(vec![sending, selecting, receiver]);
+    });
+}
+
+/// Nothing is reserved for a select on a `chan::local` end: when a fiber suspends between its
+/// select and the completion, and another fiber takes the room (the message) meanwhile, the
+/// completion waits for the next, as a blocking `send` (`recv`) would.
+#[test]
+fn a_local_selected_operation_waits_when_another_fiber_took_what_was_ready() {
+    with_watchdog("local select fallback", LIMIT, || {
+        // A selected send whose room another sender takes.
+        let (tx, rx) = chan::local::bounded::<u64>(1);
+        let filler_tx = tx.clone();
+        let order = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let o = order.clone();
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            sel.send(&tx);
+            let oper = sel.select();
+            yield_fiber();
+            assert!(tx.is_full(), "the filler took the room");
+            oper.send(&tx, 1).unwrap();
+        });
+        let filler: Box<dyn FnOnce()> = Box::new(move || filler_tx.send(2).unwrap());
+        let receiver: Box<dyn FnOnce()> = Box::new(move || {
+            yield_fiber();
+            o.borrow_mut().extend(rx.iter());
+        });
+        run_fibers(vec![selecting, filler, receiver]);
+        assert_eq!(*order.borrow(), [2, 1]);
+
+        // A selected receive whose message another receiver takes.
+        let (tx, rx) = chan::local::channel::<u64>();
+        let other_rx = rx.clone();
+        tx.send(1).unwrap();
+        let selecting: Box<dyn FnOnce()> = Box::new(move || {
+            let mut sel = Select::new();
+            sel.recv(&rx);
+            let oper = sel.select();
+            yield_fiber();
+            assert!(rx.is_empty(), "the other receiver took the message");
+            assert_eq!(oper.recv(&rx), Ok(2));
+        });
+        let other: Box<dyn FnOnce()> = Box::new(move || assert_eq!(other_rx.recv(), Ok(1)));
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            yield_fiber();
+            tx.send(2).unwrap();
+        });
+        run_fibers(vec![selecting, other, sender]);
+    });
+}
+
 /// A fiber that holds what its `Select` claimed across a suspension (it selects, then blocks on
 /// another channel before completing the operation) does not stall the fibers that wait for
 /// that claim: a receiver waiting for the selected send's slot to be filled, a sender waiting
@@ -827,6 +959,40 @@ proptest::proptest! {
             local_select_and_recv(seed, cap, per_sender);
         });
     }
+
+    /// Two bounded `chan::local` channels fed by a fiber selecting sends over both and by a
+    /// fiber sending on the first, drained by a receiving fiber each, in a random (seeded)
+    /// order: every message arrives once, and each sender's messages in order.
+    #[test]
+    fn local_select_sends_in_random_orders(
+        seed in proptest::prelude::any::<u64>(),
+        caps in (1..4usize, 1..4usize),
+        per_sender in 1..200u64,
+    ) {
+        with_watchdog("local select sends", LIMIT, move || {
+            local_select_and_send(seed, caps, per_sender);
+        });
+    }
+}
+
+/// Sends `base + 0..n` on each of `a` and `b` through selects, in order on each.
+fn select_sends(a: &chan::local::Sender<u64>, b: &chan::local::Sender<u64>, base: u64, n: u64) {
+    let mut next = [0, 0];
+    while next.iter().any(|&k| k < n) {
+        let mut sel = Select::new();
+        let ia = (next[0] < n).then(|| sel.send(a));
+        let ib = (next[1] < n).then(|| sel.send(b));
+        let oper = sel.select();
+        let k = if Some(oper.index()) == ia {
+            oper.send(a, base + next[0]).unwrap();
+            0
+        } else {
+            assert_eq!(Some(oper.index()), ib);
+            oper.send(b, base + next[1]).unwrap();
+            1
+        };
+        next[k] += 1;
+    }
 }
 
 /// Selects over `a` and `b` until both have disconnected, noting each message as (0 for `a`,
@@ -905,4 +1071,46 @@ fn local_select_and_recv(seed: u64, cap: usize, per_sender: u64) {
         .flat_map(|k| (0..per_sender).map(move |v| (k, v)))
         .collect();
     assert!(all == expected, "a message lost or received twice");
+}
+
+/// The body of `local_select_sends_in_random_orders`.
+fn local_select_and_send(seed: u64, caps: (usize, usize), per_sender: u64) {
+    /// The plain sender's messages: `PLAIN + k`.
+    const PLAIN: u64 = 1 << 32;
+    let (tx_a, rx_a) = chan::local::bounded::<u64>(caps.0);
+    let (tx_b, rx_b) = chan::local::bounded::<u64>(caps.1);
+    let tx_a2 = tx_a.clone();
+    let got = Rc::new(std::cell::RefCell::new([Vec::new(), Vec::new()]));
+    let selecting: Box<dyn FnOnce()> = Box::new(move || select_sends(&tx_a, &tx_b, 0, per_sender));
+    let sending: Box<dyn FnOnce()> = Box::new(move || {
+        for k in 0..per_sender {
+            tx_a2.send(PLAIN + k).unwrap();
+            if k % 3 == 0 {
+                yield_fiber();
+            }
+        }
+    });
+    let receivers = [rx_a, rx_b].into_iter().enumerate().map(|(k, rx)| {
+        let got = got.clone();
+        Box::new(move || {
+            for v in &rx {
+                got.borrow_mut()[k].push(v);
+            }
+        }) as Box<dyn FnOnce()>
+    });
+    let fibers = [selecting, sending].into_iter().chain(receivers).collect();
+    run_fibers_in_order(fibers, Some(seed));
+    let got = got.borrow();
+    let from = |k: usize, plain: bool| -> Vec<u64> {
+        got[k]
+            .iter()
+            .filter(|&&v| (v >= PLAIN) == plain)
+            .map(|&v| v & (PLAIN - 1))
+            .collect()
+    };
+    let all: Vec<u64> = (0..per_sender).collect();
+    assert!(from(0, false) == all, "the select's sends on a");
+    assert!(from(0, true) == all, "the plain sends on a");
+    assert!(from(1, false) == all, "the select's sends on b");
+    assert!(from(1, true).is_empty());
 }

@@ -32,12 +32,12 @@
 //! only when every sender is gone, so outside a task it panics at the first empty queue while
 //! a sender lives.
 //!
-//! A receiver can take part in a [`Select`](super::Select) (beside any other channel's). A
-//! select over local receivers only, without a deadline, panics outside a task as `recv`
-//! does. Nothing is reserved for a select: a message arriving goes to a parked `recv` first,
-//! else to a waiting select; and should another task take the selected message before the
-//! selecting one completes the operation, the completion waits for the next message, as
-//! `recv` would (without the select's deadline).
+//! Both ends can take part in a [`Select`](super::Select) (beside any other channel's). A
+//! select over local ends only, without a deadline, panics outside a task as a blocking
+//! `recv` does. Nothing is reserved for a select: a message arriving (room made) goes to a
+//! parked `recv` (`send`) first, else to a waiting select; and should another task take the
+//! selected message (room) before the selecting one completes the operation, the completion
+//! waits for the next, as `recv` (`send`) would (without the select's deadline).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -67,10 +67,8 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
         cap,
         senders: Cell::new(1),
         receivers: Cell::new(1),
-        waiting_senders: RefCell::new(VecDeque::new()),
-        waiting_receivers: RefCell::new(VecDeque::new()),
-        selecting: RefCell::new(WaitList::new()),
-        receivers_wait: Cell::new(false),
+        sending: Side::new(),
+        receiving: Side::new(),
     });
     (
         Sender {
@@ -94,104 +92,95 @@ struct Shared<T> {
     cap: usize,
     senders: Cell<usize>,
     receivers: Cell<usize>,
-    /// Tasks waiting for room / for a message (pointers to their on-stack `Waiter`s).
-    waiting_senders: RefCell<VecDeque<*const Waiter>>,
-    waiting_receivers: RefCell<VecDeque<*const Waiter>>,
-    /// `Select`s waiting for a message or for the senders to leave (`Select::recv` on a
-    /// receiver), and `Select::ready` callers watching for either.
-    selecting: RefCell<WaitList>,
-    /// A receiver or a select may be waiting: set before one queues, recomputed from the lists
-    /// by a send that finds it set. The one read a send makes when nobody waits.
-    receivers_wait: Cell<bool>,
+    /// Who waits for room, and who waits for a message.
+    sending: Side,
+    receiving: Side,
 }
 
-impl<T> Shared<T> {
-    /// A message arrived: wake whoever waits for one.
-    #[inline]
-    fn message_arrived(&self) {
-        if self.receivers_wait.get() {
-            self.wake_receiver();
+/// Who waits on one side of a channel.
+struct Side {
+    /// Tasks parked in a blocking operation, oldest first (pointers to their on-stack
+    /// `Waiter`s).
+    parked: RefCell<VecDeque<*const Waiter>>,
+    /// `Select`s waiting for this side to become ready (a `Select::send` or `Select::recv` on
+    /// one of its ends), and `Select::ready` callers watching for it.
+    selecting: RefCell<WaitList>,
+    /// A task or a select may be waiting: set before one queues, recomputed from the lists by
+    /// a wake-up that finds it set. The one read a send (a receive) makes when nobody waits
+    /// for a message (for room).
+    waiting: Cell<bool>,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            parked: RefCell::new(VecDeque::new()),
+            selecting: RefCell::new(WaitList::new()),
+            waiting: Cell::new(false),
         }
     }
 
-    /// Wakes a parked receiver if there is one, else claims a waiting select; and wakes every
-    /// watcher.
+    /// The side became ready (a message arrived, or room was made): wake whoever waits.
+    #[inline]
+    fn became_ready(&self) {
+        if self.waiting.get() {
+            self.wake_one();
+        }
+    }
+
+    /// Wakes the oldest parked task if there is one, else claims a waiting select; and wakes
+    /// every watcher.
     #[cold]
-    fn wake_receiver(&self) {
-        let woke = !self.waiting_receivers.borrow().is_empty();
-        if woke {
-            Self::wake_one(&self.waiting_receivers);
+    fn wake_one(&self) {
+        let first = self.parked.borrow_mut().pop_front();
+        let woke = first.is_some();
+        if let Some(w) = first {
+            wake(w);
         }
         let (chosen, observers) = {
             let mut selecting = self.selecting.borrow_mut();
             let chosen = if woke { None } else { selecting.try_select() };
             (chosen, selecting.take_observers())
         };
-        self.receivers_wait.set(
-            !self.waiting_receivers.borrow().is_empty() || !self.selecting.borrow().is_empty(),
-        );
+        self.waiting
+            .set(!self.parked.borrow().is_empty() || !self.selecting.borrow().is_empty());
         if let Some(entry) = chosen {
             entry.cx.unpark();
         }
         observers.iter().for_each(Context::unpark);
     }
 
-    /// Runs `f` on the selects waiting on this channel (`receivers_wait` set if any is left).
+    /// The other side is gone: wake every parked task, select and watcher, for good.
+    ///
+    /// Parked tasks are woken one at a time: a waiter stays queued until it is woken, so that
+    /// one whose deadline passes meanwhile (should an `unpark` run other tasks) takes itself
+    /// off the list before its frame goes.
+    fn disconnect(&self) {
+        loop {
+            let first = self.parked.borrow_mut().pop_front();
+            let Some(w) = first else { break };
+            wake(w);
+        }
+        let woken = self.with_selecting(WaitList::disconnect);
+        woken.iter().for_each(Context::unpark);
+    }
+
+    /// Runs `f` on the selects waiting on this side (`waiting` set if any is left).
     fn with_selecting<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> R {
         let mut selecting = self.selecting.borrow_mut();
         let r = f(&mut selecting);
         if !selecting.is_empty() {
-            self.receivers_wait.set(true);
+            self.waiting.set(true);
         }
         r
     }
 
-    /// The last sender left: wake every receiver, select and watcher.
-    fn senders_gone(&self) {
-        Self::wake_all(&self.waiting_receivers);
-        let woken = self.with_selecting(|selecting| selecting.disconnect());
-        woken.iter().for_each(Context::unpark);
-    }
-
-    /// Wakes the first task of `list`.
-    fn wake_one(list: &RefCell<VecDeque<*const Waiter>>) {
-        let first = list.borrow_mut().pop_front();
-        if let Some(w) = first {
-            Self::wake(w);
-        }
-    }
-
-    /// Wakes every task of `list`, one at a time: a waiter stays queued until it is woken, so
-    /// that one whose deadline passes meanwhile (should an `unpark` run other tasks) takes
-    /// itself off the list before its frame goes.
-    fn wake_all(list: &RefCell<VecDeque<*const Waiter>>) {
-        loop {
-            let first = list.borrow_mut().pop_front();
-            let Some(w) = first else { break };
-            Self::wake(w);
-        }
-    }
-
-    #[allow(unsafe_code)]
-    fn wake(w: *const Waiter) {
-        // SAFETY: a waiter popped from its list was queued, and a queued waiter's frame is
-        // live: its owner takes it off the list (unless woken, which pops it) before returning.
-        let w = unsafe { &*w };
-        w.woken.set(true);
-        #[cfg(not(loom))]
-        w.task.unpark();
-    }
-
-    /// Parks the current task on `list` until woken (`true`) or until `deadline` passes
+    /// Parks the current task on this side until woken (`true`) or until `deadline` passes
     /// (`false`, and the task is no longer queued). Outside a task: panics without a deadline,
     /// sleeps until it with one.
     #[cfg(not(loom))]
     #[allow(unsafe_code)]
-    fn park_on(
-        list: &RefCell<VecDeque<*const Waiter>>,
-        what: &str,
-        deadline: Option<Instant>,
-    ) -> bool {
+    fn park(&self, what: &str, deadline: Option<Instant>) -> bool {
         let Some(task) = Context::current_task() else {
             let Some(deadline) = deadline else {
                 panic!("chan::local: {what} would block the thread forever (no scheduler task)");
@@ -207,7 +196,8 @@ impl<T> Shared<T> {
             // SAFETY: `current_task` returns only installed pointers, which are live now.
             task: unsafe { &*task }.clone(),
         };
-        list.borrow_mut().push_back(&waiter);
+        self.waiting.set(true);
+        self.parked.borrow_mut().push_back(&waiter);
         // Takes the waiter off the list if it returns unwoken (its deadline passed). No unwind
         // leaves it queued either: a `Park` method that panics aborts the process.
         struct Unqueue<'a>(&'a RefCell<VecDeque<*const Waiter>>, &'a Waiter);
@@ -218,7 +208,7 @@ impl<T> Shared<T> {
                 }
             }
         }
-        let _unqueue = Unqueue(list, &waiter);
+        let _unqueue = Unqueue(&self.parked, &waiter);
         while !waiter.woken.get() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // Unwoken, so no wake-up meant for another waiter is lost: `_unqueue` takes
@@ -231,9 +221,20 @@ impl<T> Shared<T> {
     }
 
     #[cfg(loom)]
-    fn park_on(_: &RefCell<VecDeque<*const Waiter>>, what: &str, _: Option<Instant>) -> bool {
+    fn park(&self, what: &str, _: Option<Instant>) -> bool {
         panic!("chan::local: {what} would block the thread forever (no scheduler task)");
     }
+}
+
+/// Wakes a waiter just taken off its list.
+#[allow(unsafe_code)]
+fn wake(w: *const Waiter) {
+    // SAFETY: a waiter popped from its list was queued, and a queued waiter's frame is live:
+    // its owner takes it off the list (unless woken, which pops it) before returning.
+    let w = unsafe { &*w };
+    w.woken.set(true);
+    #[cfg(not(loom))]
+    w.task.unpark();
 }
 
 /// The sending side of a local channel (`!Send`).
@@ -261,7 +262,7 @@ impl<T> Sender<T> {
             }
             q.push_back(msg);
         }
-        s.message_arrived();
+        s.receiving.became_ready();
         Ok(())
     }
 
@@ -293,8 +294,7 @@ impl<T> Sender<T> {
                 }
                 Err(TrySendError::Full(m)) => {
                     msg = m;
-                    let waiting = &self.shared.waiting_senders;
-                    if !Shared::<T>::park_on(waiting, "send on a full channel", deadline) {
+                    if !self.shared.sending.park("send on a full channel", deadline) {
                         // One last try: room may have been made as the deadline passed.
                         return self.try_send(msg).map_err(|e| match e {
                             TrySendError::Full(m) => SendTimeoutError::Timeout(m),
@@ -331,6 +331,17 @@ impl<T> Sender<T> {
         self.shared.receivers.get() == 0
     }
 
+    /// Would a send complete now (room, or every receiver gone)?
+    pub(crate) fn is_ready(&self) -> bool {
+        !self.is_full() || self.is_disconnected()
+    }
+
+    /// Runs `f` on the selects and watchers waiting for room (see
+    /// [`Select`](super::Select)).
+    pub(crate) fn with_selecting<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> R {
+        self.shared.sending.with_selecting(f)
+    }
+
     /// `true` if both senders send into the same channel.
     pub fn same_channel(&self, other: &Sender<T>) -> bool {
         Rc::ptr_eq(&self.shared, &other.shared)
@@ -345,9 +356,7 @@ impl<T> Receiver<T> {
         let msg = s.queue.borrow_mut().pop_front();
         match msg {
             Some(msg) => {
-                if !s.waiting_senders.borrow().is_empty() {
-                    Shared::<T>::wake_one(&s.waiting_senders);
-                }
+                s.sending.became_ready();
                 Ok(msg)
             }
             None if s.senders.get() == 0 => Err(TryRecvError::Disconnected),
@@ -380,9 +389,11 @@ impl<T> Receiver<T> {
                 Ok(msg) => return Ok(msg),
                 Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
                 Err(TryRecvError::Empty) => {
-                    self.shared.receivers_wait.set(true);
-                    let waiting = &self.shared.waiting_receivers;
-                    if !Shared::<T>::park_on(waiting, "recv on an empty channel", deadline) {
+                    if !self
+                        .shared
+                        .receiving
+                        .park("recv on an empty channel", deadline)
+                    {
                         // One last try: a message may have come as the deadline passed.
                         return self.try_recv().map_err(|e| match e {
                             TryRecvError::Empty => RecvTimeoutError::Timeout,
@@ -435,10 +446,10 @@ impl<T> Receiver<T> {
         !self.is_empty() || self.is_disconnected()
     }
 
-    /// Runs `f` on the selects and watchers waiting on this channel (see
+    /// Runs `f` on the selects and watchers waiting for a message (see
     /// [`Select`](super::Select)).
     pub(crate) fn with_selecting<R>(&self, f: impl FnOnce(&mut WaitList) -> R) -> R {
-        self.shared.with_selecting(f)
+        self.shared.receiving.with_selecting(f)
     }
 
     /// `true` if both receivers receive from the same channel.
@@ -470,7 +481,7 @@ impl<T> Drop for Sender<T> {
         let n = self.shared.senders.get() - 1;
         self.shared.senders.set(n);
         if n == 0 {
-            self.shared.senders_gone();
+            self.shared.receiving.disconnect();
         }
     }
 }
@@ -483,7 +494,7 @@ impl<T> Drop for Receiver<T> {
             // No one will read them: drop the messages now, and release blocked senders.
             let dropped = std::mem::take(&mut *self.shared.queue.borrow_mut());
             drop(dropped);
-            Shared::<T>::wake_all(&self.shared.waiting_senders);
+            self.shared.sending.disconnect();
         }
     }
 }

@@ -166,7 +166,7 @@ pub use err::{
     SendTimeoutError, TryReadyError, TryRecvError, TrySelectError, TrySendError,
 };
 pub use oneshot::oneshot;
-pub use select::{Select, SelectRecv, SelectedOperation};
+pub use select::{Select, SelectRecv, SelectSend, SelectedOperation};
 pub use waiter::{Park, TaskContext};
 
 /// A channel of capacity `cap`: `bounded(0)` is a rendezvous channel.

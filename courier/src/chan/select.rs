@@ -252,6 +252,68 @@ mod sealed {
     impl<T> Sealed for super::Receiver<T> {}
     impl<T> Sealed for super::oneshot::Receiver<T> {}
     impl<T> Sealed for super::local::Receiver<T> {}
+    impl<T> Sealed for super::Sender<T> {}
+    impl<T> Sealed for super::local::Sender<T> {}
+}
+
+/// A sending end that [`Select::send`] (and [`select!`](crate::select)) can wait on: a
+/// channel's [`Sender`] or a [`local::Sender`] (whose select waits in a task of its thread,
+/// like its `send`). Sealed: implemented in this crate only.
+///
+/// ```
+/// use courier::chan::{self, Select};
+///
+/// let (tx, rx) = chan::local::bounded::<u32>(1);
+/// let mut sel = Select::new();
+/// let i = sel.send(&tx);
+/// let op = sel.select();
+/// assert_eq!(op.index(), i);
+/// op.send(&tx, 7).unwrap();
+/// assert_eq!(rx.try_recv(), Ok(7));
+/// ```
+pub trait SelectSend: sealed::Sealed {
+    /// What a send on this end carries.
+    type Msg;
+
+    /// Adds a send on this end to `sel`.
+    #[doc(hidden)]
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize;
+
+    /// Completes `op`, which a select chose for this end, with `msg`.
+    #[doc(hidden)]
+    fn put_selected(
+        &self,
+        op: &mut SelectedOperation<'_>,
+        msg: Self::Msg,
+    ) -> Result<(), SendError<Self::Msg>>;
+}
+
+impl<T> SelectSend for Sender<T> {
+    type Msg = T;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        sel.push(self, self as *const Self as *const u8)
+    }
+
+    fn put_selected(&self, op: &mut SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
+        op.check_endpoint(self as *const Self as *const u8, "sender");
+        // SAFETY: the token holds the reservation made on this sender's channel (checked
+        // above).
+        unsafe { self.write(&mut op.token, msg) }.map_err(SendError)
+    }
+}
+
+impl<T> SelectSend for local::Sender<T> {
+    type Msg = T;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        sel.push(self, self as *const Self as *const u8)
+    }
+
+    fn put_selected(&self, op: &mut SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
+        op.check_endpoint(self as *const Self as *const u8, "sender");
+        self.send(msg)
+    }
 }
 
 impl<T> SelectRecv for Receiver<T> {
@@ -282,45 +344,52 @@ impl<T> SelectRecv for oneshot::Receiver<T> {
     }
 }
 
-/// A [`local::Receiver`]: nothing is reserved (its peers are tasks of the same thread), so a
-/// selected receive takes the message when it is completed. Should another task of the thread
-/// take it in between (the selecting task blocked elsewhere first), the completion waits for
-/// the next one, as [`local::Receiver::recv`] does.
-impl<T> SelectHandle for local::Receiver<T> {
-    fn try_select(&self, _: &mut Token) -> bool {
-        self.is_ready()
-    }
+/// A `chan::local` end: nothing is reserved (its peers are tasks of the same thread), so a
+/// selected operation takes the message (the room) when it is completed. Should another task
+/// of the thread take it in between (the selecting task blocked elsewhere first), the
+/// completion waits for the next one, as the end's blocking `recv` (`send`) does.
+macro_rules! local_select_handle {
+    ($end:ident) => {
+        impl<T> SelectHandle for local::$end<T> {
+            fn try_select(&self, _: &mut Token) -> bool {
+                self.is_ready()
+            }
 
-    fn register(&self, oper: Operation, cx: &Context) -> bool {
-        self.with_selecting(|selecting| selecting.register(oper, cx));
-        self.is_ready()
-    }
+            fn register(&self, oper: Operation, cx: &Context) -> bool {
+                self.with_selecting(|selecting| selecting.register(oper, cx));
+                self.is_ready()
+            }
 
-    fn unregister(&self, oper: Operation) {
-        self.with_selecting(|selecting| selecting.unregister(oper));
-    }
+            fn unregister(&self, oper: Operation) {
+                self.with_selecting(|selecting| selecting.unregister(oper));
+            }
 
-    fn accept(&self, _: &mut Token, _: &Context) -> bool {
-        self.is_ready()
-    }
+            fn accept(&self, _: &mut Token, _: &Context) -> bool {
+                self.is_ready()
+            }
 
-    fn is_ready(&self) -> bool {
-        self.is_ready()
-    }
+            fn is_ready(&self) -> bool {
+                self.is_ready()
+            }
 
-    fn watch(&self, oper: Operation, cx: &Context) -> bool {
-        self.with_selecting(|selecting| selecting.watch(oper, cx));
-        self.is_ready()
-    }
+            fn watch(&self, oper: Operation, cx: &Context) -> bool {
+                self.with_selecting(|selecting| selecting.watch(oper, cx));
+                self.is_ready()
+            }
 
-    fn unwatch(&self, oper: Operation) {
-        self.with_selecting(|selecting| selecting.unwatch(oper));
-    }
+            fn unwatch(&self, oper: Operation) {
+                self.with_selecting(|selecting| selecting.unwatch(oper));
+            }
 
-    fn is_local(&self) -> bool {
-        true
-    }
+            fn is_local(&self) -> bool {
+                true
+            }
+        }
+    };
 }
+
+local_select_handle!(Receiver);
+local_select_handle!(Sender);
 
 impl<T> SelectRecv for local::Receiver<T> {
     type Msg = T;
@@ -404,13 +473,14 @@ impl<'a> Select<'a> {
         }
     }
 
-    /// Adds a send on `tx`; returns the operation's index.
-    pub fn send<T>(&mut self, tx: &'a Sender<T>) -> usize {
-        self.push(tx, tx as *const Sender<T> as *const u8)
+    /// Adds a send on `tx` (a channel's [`Sender`] or a [`local::Sender`]); returns the
+    /// operation's index.
+    pub fn send<S: SelectSend>(&mut self, tx: &'a S) -> usize {
+        tx.add_to(self)
     }
 
-    /// Adds a receive on `rx` (a channel's [`Receiver`] or a [`oneshot::Receiver`]); returns
-    /// the operation's index.
+    /// Adds a receive on `rx` (a channel's [`Receiver`], a [`oneshot::Receiver`] or a
+    /// [`local::Receiver`]); returns the operation's index.
     pub fn recv<R: SelectRecv>(&mut self, rx: &'a R) -> usize {
         rx.add_to(self)
     }
@@ -782,12 +852,10 @@ impl<'a> SelectedOperation<'a> {
     }
 
     /// Completes the selected send. Panics if `tx` is not the sender that was selected.
-    pub fn send<T>(mut self, tx: &Sender<T>, msg: T) -> Result<(), SendError<T>> {
-        self.check_endpoint(tx as *const Sender<T> as *const u8, "sender");
-        // SAFETY: the token holds the reservation made on `tx`'s channel (checked above).
-        let res = unsafe { tx.write(&mut self.token, msg) };
+    pub fn send<S: SelectSend>(mut self, tx: &S, msg: S::Msg) -> Result<(), SendError<S::Msg>> {
+        let res = tx.put_selected(&mut self, msg);
         self.complete();
-        res.map_err(SendError)
+        res
     }
 
     /// Completes the selected receive. Panics if `rx` is not the receiver that was selected.
