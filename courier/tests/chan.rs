@@ -911,6 +911,54 @@ fn local_senders_in_a_select_outside_a_task() {
     assert_eq!(unbounded_rx.len(), 100);
 }
 
+/// `select!` (and `Select`) take references to ends, as crossbeam's do (the macro borrows
+/// each channel expression, so a `&Sender` argument arrives as `&&Sender`), and local ends
+/// beside thread-safe ones.
+#[test]
+fn select_takes_references_to_ends_and_local_ends() {
+    fn pick(rx: &Receiver<u32>, tx: &Sender<u32>, local_tx: &chan::local::Sender<u32>) -> u32 {
+        courier::select! {
+            recv(rx) -> msg => msg.unwrap(),
+            send(tx, 5) -> res => { res.unwrap(); 100 }
+            send(local_tx, 6) -> res => { res.unwrap(); 200 }
+        }
+    }
+    let (in_tx, rx) = chan::bounded::<u32>(1);
+    let (tx, out_rx) = chan::bounded::<u32>(1);
+    let (local_tx, local_rx) = chan::local::bounded::<u32>(1);
+    tx.send(0).unwrap();
+    local_tx.send(0).unwrap();
+    in_tx.send(7).unwrap();
+    assert_eq!(pick(&rx, &tx, &local_tx), 7, "only the receive is ready");
+    assert_eq!(local_rx.try_recv(), Ok(0));
+    assert_eq!(
+        pick(&rx, &tx, &local_tx),
+        200,
+        "only the local send is ready"
+    );
+    assert_eq!(local_rx.try_recv(), Ok(6));
+    local_tx.send(0).unwrap();
+    assert_eq!(out_rx.try_recv(), Ok(0));
+    assert_eq!(
+        pick(&rx, &tx, &local_tx),
+        100,
+        "only the thread-safe send is ready"
+    );
+    assert_eq!(out_rx.try_recv(), Ok(5));
+
+    let rx_ref = &rx;
+    let mut sel = Select::new();
+    let i = sel.recv(&rx_ref);
+    in_tx.send(8).unwrap();
+    let oper = sel.select();
+    assert_eq!(oper.index(), i);
+    assert_eq!(
+        oper.recv(&rx),
+        Ok(8),
+        "the reference's operation is the end's"
+    );
+}
+
 #[test]
 #[should_panic(expected = "would block the thread forever")]
 fn a_select_over_full_local_senders_only_outside_a_task_panics_instead_of_deadlocking() {

@@ -33,8 +33,8 @@
 //! a sender lives.
 //!
 //! Both ends can take part in a [`Select`](super::Select) (beside any other channel's). A
-//! select over local ends only, without a deadline, panics outside a task as a blocking
-//! `recv` does. Nothing is reserved for a select: a message arriving (room made) goes to a
+//! select over local ends only, without a deadline, panics outside a task where it would wait,
+//! as a blocking `recv` or `send` does. Nothing is reserved for a select: a message arriving (room made) goes to a
 //! parked `recv` (`send`) first, else to a waiting select; and should another task take the
 //! selected message (room) before the selecting one completes the operation, the completion
 //! waits for the next, as `recv` (`send`) would (without the select's deadline).
@@ -230,11 +230,15 @@ impl Side {
 #[allow(unsafe_code)]
 fn wake(w: *const Waiter) {
     // SAFETY: a waiter popped from its list was queued, and a queued waiter's frame is live:
-    // its owner takes it off the list (unless woken, which pops it) before returning.
+    // its owner takes it off the list (unless woken, which pops it) before returning. It
+    // stays live until `woken` is set, after which its owner may return: not touched again.
     let w = unsafe { &*w };
-    w.woken.set(true);
     #[cfg(not(loom))]
-    w.task.unpark();
+    let task = w.task.clone();
+    w.woken.set(true);
+    // Through our own handle: should `unpark` run the woken task, its frame goes meanwhile.
+    #[cfg(not(loom))]
+    task.unpark();
 }
 
 /// The sending side of a local channel (`!Send`).

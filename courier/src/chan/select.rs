@@ -242,13 +242,29 @@ pub trait SelectRecv: sealed::Sealed {
     #[doc(hidden)]
     fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize;
 
-    /// Completes `op`, which a select chose for this end.
+    /// Completes `op`, which a select chose for this end (consumed: a reservation is used
+    /// once).
     #[doc(hidden)]
-    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<Self::Msg, RecvError>;
+    fn take_selected(&self, op: SelectedOperation<'_>) -> Result<Self::Msg, RecvError>;
+}
+
+/// A reference to an end, so that `select!` and `Select` take `&Receiver` (and `&Sender`)
+/// expressions as crossbeam's do: the operation is the referenced end's.
+impl<R: SelectRecv + ?Sized> SelectRecv for &R {
+    type Msg = R::Msg;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        (**self).add_to(sel)
+    }
+
+    fn take_selected(&self, op: SelectedOperation<'_>) -> Result<R::Msg, RecvError> {
+        (**self).take_selected(op)
+    }
 }
 
 mod sealed {
     pub trait Sealed {}
+    impl<S: Sealed + ?Sized> Sealed for &S {}
     impl<T> Sealed for super::Receiver<T> {}
     impl<T> Sealed for super::oneshot::Receiver<T> {}
     impl<T> Sealed for super::local::Receiver<T> {}
@@ -279,13 +295,30 @@ pub trait SelectSend: sealed::Sealed {
     #[doc(hidden)]
     fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize;
 
-    /// Completes `op`, which a select chose for this end, with `msg`.
+    /// Completes `op`, which a select chose for this end, with `msg` (consumed: a
+    /// reservation is used once).
     #[doc(hidden)]
     fn put_selected(
         &self,
-        op: &mut SelectedOperation<'_>,
+        op: SelectedOperation<'_>,
         msg: Self::Msg,
     ) -> Result<(), SendError<Self::Msg>>;
+}
+
+impl<S: SelectSend + ?Sized> SelectSend for &S {
+    type Msg = S::Msg;
+
+    fn add_to<'a>(&'a self, sel: &mut Select<'a>) -> usize {
+        (**self).add_to(sel)
+    }
+
+    fn put_selected(
+        &self,
+        op: SelectedOperation<'_>,
+        msg: S::Msg,
+    ) -> Result<(), SendError<S::Msg>> {
+        (**self).put_selected(op, msg)
+    }
 }
 
 impl<T> SelectSend for Sender<T> {
@@ -295,11 +328,12 @@ impl<T> SelectSend for Sender<T> {
         sel.push(self, self as *const Self as *const u8)
     }
 
-    fn put_selected(&self, op: &mut SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
-        op.check_endpoint(self as *const Self as *const u8, "sender");
-        // SAFETY: the token holds the reservation made on this sender's channel (checked
-        // above).
-        unsafe { self.write(&mut op.token, msg) }.map_err(SendError)
+    fn put_selected(&self, op: SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
+        op.complete_on(self as *const Self as *const u8, "sender", |token| {
+            // SAFETY: the token holds the reservation made on this sender's channel
+            // (`complete_on` checked the endpoint), and is used this once.
+            unsafe { self.write(token, msg) }.map_err(SendError)
+        })
     }
 }
 
@@ -310,8 +344,8 @@ impl<T> SelectSend for local::Sender<T> {
         sel.push(self, self as *const Self as *const u8)
     }
 
-    fn put_selected(&self, op: &mut SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
-        op.check_endpoint(self as *const Self as *const u8, "sender");
+    fn put_selected(&self, op: SelectedOperation<'_>, msg: T) -> Result<(), SendError<T>> {
+        op.complete_on(self as *const Self as *const u8, "sender", |_| ());
         self.send(msg)
     }
 }
@@ -323,11 +357,12 @@ impl<T> SelectRecv for Receiver<T> {
         sel.push(self, self as *const Self as *const u8)
     }
 
-    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
-        op.check_endpoint(self as *const Self as *const u8, "receiver");
-        // SAFETY: the token holds the reservation made on this receiver's channel (checked
-        // above).
-        unsafe { self.read(&mut op.token) }.map_err(|()| RecvError)
+    fn take_selected(&self, op: SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.complete_on(self as *const Self as *const u8, "receiver", |token| {
+            // SAFETY: the token holds the reservation made on this receiver's channel
+            // (`complete_on` checked the endpoint), and is used this once.
+            unsafe { self.read(token) }.map_err(|()| RecvError)
+        })
     }
 }
 
@@ -338,8 +373,8 @@ impl<T> SelectRecv for oneshot::Receiver<T> {
         sel.push(self, self as *const Self as *const u8)
     }
 
-    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
-        op.check_endpoint(self as *const Self as *const u8, "receiver");
+    fn take_selected(&self, op: SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.complete_on(self as *const Self as *const u8, "receiver", |_| ());
         self.try_recv().map_err(|_| RecvError)
     }
 }
@@ -398,8 +433,8 @@ impl<T> SelectRecv for local::Receiver<T> {
         sel.push(self, self as *const Self as *const u8)
     }
 
-    fn take_selected(&self, op: &mut SelectedOperation<'_>) -> Result<T, RecvError> {
-        op.check_endpoint(self as *const Self as *const u8, "receiver");
+    fn take_selected(&self, op: SelectedOperation<'_>) -> Result<T, RecvError> {
+        op.complete_on(self as *const Self as *const u8, "receiver", |_| ());
         self.recv()
     }
 }
@@ -852,26 +887,37 @@ impl<'a> SelectedOperation<'a> {
     }
 
     /// Completes the selected send. Panics if `tx` is not the sender that was selected.
-    pub fn send<S: SelectSend>(mut self, tx: &S, msg: S::Msg) -> Result<(), SendError<S::Msg>> {
-        let res = tx.put_selected(&mut self, msg);
-        self.complete();
-        res
+    ///
+    /// On a channel's [`Sender`] this never waits: the select reserved the room. On a
+    /// [`local::Sender`] nothing is reserved, and the send waits as `send` does if another
+    /// task of the thread has filled the room since (see [`local`]'s "Blocking").
+    pub fn send<S: SelectSend>(self, tx: &S, msg: S::Msg) -> Result<(), SendError<S::Msg>> {
+        tx.put_selected(self, msg)
     }
 
     /// Completes the selected receive. Panics if `rx` is not the receiver that was selected.
-    pub fn recv<R: SelectRecv>(mut self, rx: &R) -> Result<R::Msg, RecvError> {
-        let res = rx.take_selected(&mut self);
-        self.complete();
-        res
+    ///
+    /// Never waits, except on a [`local::Receiver`] whose message another task of the thread
+    /// has taken since the select (as [`send`](Self::send)).
+    pub fn recv<R: SelectRecv>(self, rx: &R) -> Result<R::Msg, RecvError> {
+        rx.take_selected(self)
     }
 
-    /// Panics unless `endpoint` is the end this operation was selected on (before anything
-    /// trusts the token).
-    fn check_endpoint(&self, endpoint: *const u8, what: &str) {
+    /// Completes the operation on `endpoint` with `f`, which gets the token; panics, before
+    /// anything trusts the token, unless `endpoint` is the end this operation was selected on.
+    fn complete_on<R>(
+        mut self,
+        endpoint: *const u8,
+        what: &str,
+        f: impl FnOnce(&mut Token) -> R,
+    ) -> R {
         assert!(
             std::ptr::eq(endpoint, self.endpoint),
             "completed a selected operation on the wrong {what}"
         );
+        let res = f(&mut self.token);
+        self.complete();
+        res
     }
 
     fn complete(self) {
