@@ -1286,6 +1286,21 @@ fn empty_packets_are_not_the_end_of_the_stream() {
     );
     assert_eq!(rx.recv().unwrap(), b"abc");
     assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
+    // Two empty packets, a message, and the peer gone: the message still
+    // arrives (a peek at the next packet alone would see only emptiness).
+    let (raw, rx) = raw_pair();
+    raw_send(&raw, &[], &[]);
+    raw_send(&raw, &[], &[]);
+    raw_send(&raw, &inline_ok, &[]);
+    drop(raw);
+    for _ in 0..2 {
+        assert_eq!(
+            expect_wire_error(rx.recv(), "two empty, then gone"),
+            Some(WireError::BadHeader("empty packet"))
+        );
+    }
+    assert_eq!(rx.recv().unwrap(), b"abc");
+    assert!(matches!(rx.recv(), Err(IpcError::Disconnected)));
 }
 
 #[test]
@@ -1499,6 +1514,44 @@ fn a_fragmented_message_may_fit_its_first_packet() {
     raw_send(&raw, &first, &[]);
     raw_send(&raw, &fd_packet(1, 77), &[carrier.as_fd()]);
     assert_eq!(rx.recv().unwrap(), b"abc");
+}
+
+/// A peer that keeps feeding a fragmented message's carrier one byte at a
+/// time meets the fragment timeout (one second here), where the 64 MiB it
+/// announced would take minutes. The receiver checks the deadline on every
+/// carrier packet, not only when the carrier runs dry: a peer that kept it
+/// full would otherwise never be timed. (On two CPUs one writing thread does
+/// not outpace the reader, so this also passed before that check: it bounds
+/// the wait, the check itself comes from reading the loop.)
+#[test]
+fn a_carrier_that_trickles_meets_the_fragment_timeout() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    let (carrier, peer) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    raw_send(&raw, &header(1, 1, 64 << 20, 3, 78), &[]);
+    raw_send(&raw, &fd_packet(1, 78), &[carrier.as_fd()]);
+    drop(carrier); // the receiver's copy is the only one left
+    let trickler = std::thread::spawn(move || loop {
+        match net::send(&peer, b"x", SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::AGAIN) => std::thread::yield_now(),
+            Err(_) => break, // the receiver gave the message up
+        }
+    });
+    let started = Instant::now();
+    let trickled = with_config(
+        |c| c.fragment_timeout = Duration::from_secs(1),
+        || expect_wire_error(rx.recv(), "a trickling carrier"),
+    );
+    assert_eq!(trickled, Some(WireError::FragmentTimeout));
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded");
+    trickler.join().unwrap();
 }
 
 #[test]

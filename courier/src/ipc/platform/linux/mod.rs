@@ -1331,13 +1331,13 @@ impl OsReceiver {
                 .intersects(PollFlags::HUP | PollFlags::RDHUP),
             Err(_) => true,
         };
-        // A peer may send an empty packet and then more before it leaves: the
-        // stream ends only where nothing non-empty is queued behind. (A run of
-        // empty packets at the end still reads as the end.)
-        let more = || {
-            let mut next = [MaybeUninit::<u8>::uninit(); 1];
-            matches!(socket::peek(self.fd(), &mut next), Ok(n) if n > 0)
-        };
+        // A peer may send empty packets and then more before it leaves: the
+        // stream ends only where no byte is queued behind. `FIONREAD` on a
+        // `SOCK_SEQPACKET` socket counts the bytes of every queued packet, not
+        // only the next one's (which a peek would see, and a second empty
+        // packet would hide the message behind it). A run of empty packets at
+        // the end still reads as the end.
+        let more = || !matches!(rustix::io::ioctl_fionread(self.fd()), Ok(0));
         match hung_up && !more() {
             true => RecvError::Disconnected,
             false => WireError::BadHeader("empty packet").into(),
@@ -1475,6 +1475,12 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
         if packet.len == 0 || packet.truncated || packet.len > want {
             // The stream ended early, or overran the total.
             return Err(WireError::Truncated.into());
+        }
+        // Checked on every packet, not only when the carrier runs dry: a
+        // peer that keeps it full of one-byte packets must not stretch the
+        // message past the timeout (a clock read against a `recvmsg`).
+        if dst.len() < total && Instant::now() >= deadline {
+            return Err(WireError::FragmentTimeout.into());
         }
     }
     Ok(())
