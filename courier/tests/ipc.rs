@@ -1260,6 +1260,28 @@ fn announced_descriptors_that_never_come_are_bounded() {
     drop(pipe_r);
 }
 
+/// A message whose descriptors never come is given up when its wait (10 s)
+/// runs out, also inside a longer timed receive: the receive wakes for it,
+/// rather than sleeping to its own deadline and saying `Empty`.
+#[test]
+fn missing_descriptors_expire_inside_a_longer_timed_receive() {
+    let _check = fd_check();
+    let (raw, rx) = raw_pair();
+    raw_send(&raw, &header(0, 1, 0, 0, 4242), &[]);
+    let started = Instant::now();
+    match rx.try_recv_timeout(Duration::from_secs(120)) {
+        Err(TryRecvError::IpcError(IpcError::Io(e))) => {
+            assert_eq!(wire_error(&e), Some(WireError::DescriptorsMissing));
+        }
+        other => panic!("expected DescriptorsMissing, got {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(9)..Duration::from_secs(60)).contains(&waited),
+        "given up after {waited:?}"
+    );
+}
+
 #[test]
 fn empty_packets_are_not_the_end_of_the_stream() {
     let _check = fd_check();

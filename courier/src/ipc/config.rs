@@ -41,11 +41,14 @@ pub struct Config {
     /// the kernel's from 8 KiB), and through the socket otherwise; with
     /// `Fragments`, no region is ever used.
     pub large_messages: LargeMessages,
-    /// How long a receiver waits for the next fragment of a fragmented
-    /// message, or for the whole of a streamed region payload (1 MiB and
-    /// up), before it gives up with `WireError::FragmentTimeout` (default
-    /// 30 s). A receive of such a message may block this long whatever its
-    /// own timeout, `try_recv` included, once the message has begun.
+    /// How long a receiver waits for the rest of a fragmented message, or
+    /// for the whole of a streamed region payload (1 MiB and up), before it
+    /// gives up with `WireError::FragmentTimeout` (default 30 s). A receive
+    /// of such a message may block this long whatever its own timeout,
+    /// `try_recv` included, once the message has begun; so may a receiver
+    /// set's `select` or `try_select`, and the set's other channels wait
+    /// meanwhile: a peer that begins such messages and never completes them
+    /// delays each select that reads one by up to this long.
     pub fragment_timeout: Duration,
 }
 

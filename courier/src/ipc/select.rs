@@ -237,11 +237,15 @@ impl IpcReceiverSet {
 
     /// Reads what the members in `self.keys` have.
     ///
-    /// When several are ready, each is read until its socket is dry (up to
-    /// [`DRAIN_LIMIT`] messages), as ipc-channel's set does: a result then
-    /// never shows a later message of one channel without every earlier
-    /// readable message of the others (a peer that sends data on one channel
-    /// and then "done" on another gets the data through first). A lone ready
+    /// When several are ready, each is read until its socket is dry, as
+    /// ipc-channel's set does, but for at most [`DRAIN_LIMIT`] messages: a
+    /// result then shows no later message of one channel without every
+    /// earlier readable message of the others (a peer that sends data on one
+    /// channel and then "done" on another gets the data through first)
+    /// *unless a channel had more than the limit queued*. Then the result
+    /// has that channel's first 64 beside the other's "done", and the rest
+    /// come with the next select. ipc-channel reads without a bound, which
+    /// keeps the order but lets one flooding peer hold the select forever. A lone ready
     /// member gives one message, unless it gave one in the previous read and
     /// did not run dry then (a backlog, drained likewise): finding out that a
     /// socket is dry costs a system call of its own, and a member with more

@@ -906,14 +906,20 @@ impl OsReceiver {
                     if let Some(stale) = state.expire() {
                         return Err(stale.into());
                     }
-                    let deadline = match wait {
-                        Wait::Poll => return Err(RecvError::Empty),
-                        Wait::Until(deadline) => deadline,
-                        // Wake up in time to expire what waits.
-                        Wait::Block => Instant::now() + DESCRIPTOR_WAIT,
+                    // Wake up in time to expire the oldest waiting message,
+                    // or at the caller's deadline if that comes first.
+                    let expiry = state.next_expiry();
+                    let (deadline, own) = match (wait, expiry) {
+                        (Wait::Poll, _) => return Err(RecvError::Empty),
+                        (Wait::Until(d), Some(e)) if e < d => (e, false),
+                        (Wait::Until(d), _) => (d, true),
+                        (Wait::Block, Some(e)) => (e, false),
+                        // (A read that consumed a packet and had nothing to
+                        // return, such as late descriptors dropped quietly.)
+                        (Wait::Block, None) => (Instant::now() + DESCRIPTOR_WAIT, false),
                     };
                     match wait_readable(self.fd(), deadline) {
-                        Err(RecvError::Empty) if matches!(wait, Wait::Block) => continue,
+                        Err(RecvError::Empty) if !own => continue,
                         other => other?,
                     }
                     continue;
@@ -1422,6 +1428,12 @@ impl RecvState {
         WireError::DescriptorsMissing
     }
 
+    /// When the oldest message waiting for its descriptors is given up, if
+    /// any waits.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.waiting.iter().map(|m| m.since + DESCRIPTOR_WAIT).min()
+    }
+
     /// Gives up one message that waited too long, if any.
     fn expire(&mut self) -> Option<WireError> {
         let i = self
@@ -1524,26 +1536,26 @@ impl OsOneShotServer {
         let dir = std::env::temp_dir().join(format!("courier-{:016x}", random.finish()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let path = dir.join("socket");
-        let server = Self::listen(&dir, &path);
-        if server.is_err() {
+        let listener = Self::listen(&path).inspect_err(|_| {
+            // `bind` may have made the socket file before `listen` failed.
+            let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_dir(&dir);
-        }
-        let listener = server?;
-        let name = path
+        })?;
+        // From here on, dropping the server removes the file and directory.
+        let server = OsOneShotServer {
+            listener,
+            dir,
+            path,
+        };
+        let name = server
+            .path
             .to_str()
             .map(str::to_owned)
             .ok_or(std::io::ErrorKind::InvalidFilename)?;
-        Ok((
-            OsOneShotServer {
-                listener,
-                dir,
-                path,
-            },
-            name,
-        ))
+        Ok((server, name))
     }
 
-    fn listen(_dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    fn listen(path: &std::path::Path) -> std::io::Result<OwnedFd> {
         let fd = net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
