@@ -16,6 +16,13 @@
 //! assert_eq!(reply_rx.recv().unwrap(), 42);
 //! ```
 //!
+//! An end sent inside a message is normally moved into it (`send` takes the
+//! message by value). Should a message reach an end by reference instead
+//! (an `Rc`, or a hand-written `Serialize`), the end is duplicated: the copy
+//! that travels takes along the messages the receiver had read but not
+//! handed out, and the one left behind stays usable and shares the socket
+//! with it. ipc-channel's serialization empties the original instead.
+//!
 //! # Messages and cost
 //! Typed messages are serde types, encoded with [postcard] (chosen by
 //! measurement; see the README). A `Vec<u8>` field goes through serde's

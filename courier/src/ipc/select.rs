@@ -84,11 +84,11 @@ pub struct IpcReceiverSet {
     held: Vec<(u64, Instant)>,
 }
 
+#[allow(unsafe_code)]
 // SAFETY: the receivers' `Cell`s and `RefCell`s are reached only through
 // `&mut self` methods; the one method that takes `&self` (`Debug`) reads
 // nothing but the ids, plain data of the map. So a shared reference lets no
 // two threads touch a receiver (ipc-channel's set is `Sync` too).
-#[allow(unsafe_code)]
 unsafe impl Sync for IpcReceiverSet {}
 
 /// A receiver in a set.
