@@ -38,6 +38,7 @@ fn regions_arrive_with_their_bytes_and_empty_ones_with_none() {
         IpcSharedMemory::from_byte(0, 10_000),
         IpcSharedMemory::from_byte(0xA5, 4097),
         IpcSharedMemory::from_byte(1, 0),
+        IpcSharedMemory::from_byte(0x5A, 200_001), // written in chunks of 64 KiB
     ];
     tx.send(regions.clone()).unwrap();
     let got = rx.recv().unwrap();
@@ -46,6 +47,7 @@ fn regions_arrive_with_their_bytes_and_empty_ones_with_none() {
     assert!(got[1].is_empty() && got[4].is_empty());
     assert!(got[2].iter().all(|&b| b == 0) && got[2].len() == 10_000);
     assert!(got[3].iter().all(|&b| b == 0xA5) && got[3].len() == 4097);
+    assert!(got[5].iter().all(|&b| b == 0x5A) && got[5].len() == 200_001);
     assert_eq!(got[0].clone().take().unwrap(), bytes);
     assert_eq!(IpcSharedMemory::default().take(), Some(Vec::new()));
 }

@@ -111,17 +111,18 @@ impl IpcSharedMemory {
     }
 
     /// A region of `length` bytes, each `byte`, or why it could not be
-    /// created. With `byte == 0` no page is touched until used.
+    /// created. With `byte == 0` no page is touched until used (so memory
+    /// that runs short later shows as `SIGBUS` at the page that cannot be
+    /// had, as with any sparse mapping); any other byte is written in by the
+    /// kernel, which reports a shortage as an error.
     pub fn try_from_byte(byte: u8, length: usize) -> Result<IpcSharedMemory, io::Error> {
         if length == 0 {
             return Ok(IpcSharedMemory::default());
         }
-        let region = SharedRegion::zeroed(length)?;
-        if byte != 0 {
-            // SAFETY: the region was just created and is ours alone: no other
-            // mapping or reference to its `len()` bytes exists yet.
-            unsafe { std::ptr::write_bytes(region.as_ptr(), byte, region.len()) };
-        }
+        let region = match byte {
+            0 => SharedRegion::zeroed(length)?,
+            _ => SharedRegion::filled(length, byte)?,
+        };
         Ok(IpcSharedMemory::wrap(region))
     }
 

@@ -204,15 +204,20 @@ impl Drop for Counted {
 }
 
 /// A shared mapping of a whole memfd, unmapped on drop.
+///
+/// A message region's mapping (`Region`, `Held`) starts with the region's
+/// header, at least `REGION_HEADER` bytes; only those call the header
+/// accessors (`state`, `mapped`, `filled`, `seq`, `payload`, `release`). A
+/// `SharedRegion`'s mapping is the user's bytes alone, as short as one byte.
 struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
-// SAFETY: a `Mapping` is an address range owned by this value alone; the
-// memory is shared with other processes, and every access to it goes through
-// raw copies or the atomic header words, never through Rust references to
-// the payload.
+// SAFETY: a `Mapping` is an address range owned by this value alone, and
+// moving it moves that ownership; it holds no thread-bound state. How its
+// memory may be accessed is its owner's rule, not the thread's: message
+// regions use raw copies and atomic header words, `IpcSharedMemory` its own.
 unsafe impl Send for Mapping {}
 
 impl Mapping {
@@ -236,9 +241,10 @@ impl Mapping {
 
     /// The region's state word.
     fn state(&self) -> &AtomicU32 {
-        // SAFETY: the mapping is at least `REGION_HEADER` bytes, page-aligned
-        // (so aligned for `u32`), lives as long as `self`, and the word is
-        // only ever accessed atomically, by both processes.
+        // SAFETY: a message region's mapping (the only kind this is called
+        // on) is at least `REGION_HEADER` bytes, page-aligned (so aligned for
+        // `u32`), lives as long as `self`, and the word is only ever
+        // accessed atomically, by both processes.
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().cast::<u32>()) }
     }
 
@@ -265,8 +271,9 @@ impl Mapping {
     }
 
     fn payload(&self) -> *mut u8 {
-        // SAFETY: every mapping is at least a header long (`REGION_HEADER <=
-        // len`), so the offset is inside the mapping or one past its end.
+        // SAFETY: a message region's mapping (the only kind this is called
+        // on) is at least a header long, so the offset is inside the mapping
+        // or one past its end.
         unsafe { self.ptr.as_ptr().add(REGION_HEADER) }
     }
 
@@ -1147,16 +1154,28 @@ impl SharedRegion {
             "courier-shared",
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
         )?;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match rustix::io::write(&fd, rest) {
-                Ok(0) => return Err(Errno::NOSPC),
-                Ok(n) => rest = &rest[n..],
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        write_all(&fd, bytes)?;
         SharedRegion::seal_and_map(fd, bytes.len())
+    }
+
+    /// A region of `len` bytes, each `byte`, written in as
+    /// [`from_bytes`](Self::from_bytes) writes: where memory runs short
+    /// (strict overcommit, a memory cgroup's limit) `write` says so, where
+    /// filling a sparse mapping would meet it as `SIGBUS` at the first page
+    /// that cannot be had.
+    pub(crate) fn filled(len: usize, byte: u8) -> Result<SharedRegion, Errno> {
+        let fd = fs::memfd_create(
+            "courier-shared",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        let chunk = vec![byte; len.min(64 << 10)];
+        let mut left = len;
+        while left > 0 {
+            let here = left.min(chunk.len());
+            write_all(&fd, &chunk[..here])?;
+            left -= here;
+        }
+        SharedRegion::seal_and_map(fd, len)
     }
 
     fn seal_and_map(fd: OwnedFd, len: usize) -> Result<SharedRegion, Errno> {
@@ -1325,4 +1344,17 @@ fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
 pub(crate) fn unpark_all() {
     let parked = std::mem::take(&mut *PARKED.lock().unwrap_or_else(|e| e.into_inner()));
     drop(parked);
+}
+
+/// Writes all of `bytes` at `fd`'s offset.
+fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        match rustix::io::write(fd, bytes) {
+            Ok(0) => return Err(Errno::NOSPC),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
