@@ -142,8 +142,14 @@ pub struct Segments<'a, T> {
 
 impl<'a, T: Segment> Segments<'a, T> {
     /// A source yielding the bytes of `segs`, in order.
+    ///
+    /// Panics if they total more than `usize::MAX` bytes (segments that
+    /// alias one buffer can, on a 32-bit target).
     pub fn new(segs: &'a [T]) -> Self {
-        let remaining = segs.iter().map(|s| s.bytes().len()).sum();
+        let remaining = segs
+            .iter()
+            .try_fold(0usize, |sum, s| sum.checked_add(s.bytes().len()))
+            .expect("segments total more than usize::MAX bytes");
         let mut it = Self {
             segs,
             seg: 0,
