@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod watchdog;
+use watchdog::with_watchdog;
+
 use courier::chan::{
     self, Receiver, RecvError, RecvTimeoutError, Select, SendError, SendTimeoutError, Sender,
     TryRecvError, TrySendError,
@@ -754,6 +757,77 @@ fn oneshot_delivers_once() {
         rx.recv_timeout(Duration::from_millis(5)),
         Err(RecvTimeoutError::Timeout)
     );
+}
+
+/// Receivers sharing one oneshot end (`&Receiver` is `Sync`), both parked: the message wakes
+/// both, one takes it and the other learns it is gone. (One wake-up left the other parked for
+/// good: the state never returns to empty.)
+#[test]
+fn a_oneshot_wakes_every_parked_receiver() {
+    with_watchdog("oneshot receivers", Duration::from_secs(30), || {
+        for _ in 0..20 {
+            let (tx, rx) = chan::oneshot::<u32>();
+            let got: Vec<_> = thread::scope(|s| {
+                let receivers: Vec<_> = (0..2).map(|_| s.spawn(|| rx.recv())).collect();
+                // Let both reach their park (a test of wake-ups, not of timing: any
+                // interleaving must end).
+                thread::sleep(Duration::from_millis(2));
+                tx.send(7).unwrap();
+                receivers.into_iter().map(|r| r.join().unwrap()).collect()
+            });
+            assert!(
+                got.contains(&Ok(7)) && got.contains(&Err(RecvError)),
+                "{got:?}"
+            );
+        }
+    });
+}
+
+/// A selected send that is forgotten (safe code may `mem::forget` it) leaves a reserved slot
+/// unwritten: dropping the channel must not drop it as a message.
+#[test]
+fn a_forgotten_selected_send_leaves_nothing_to_drop() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = chan::bounded::<Counted>(4);
+    tx.send(Counted(drops.clone())).unwrap();
+    {
+        let mut sel = Select::new();
+        sel.send(&tx);
+        std::mem::forget(sel.select());
+    }
+    tx.send(Counted(drops.clone())).unwrap();
+    drop(tx);
+    drop(rx);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        2,
+        "each message dropped once, and only those"
+    );
+}
+
+/// A panic between a select and its completion unwinds normally when the operation holds no
+/// reservation (a local end's, or a disconnected channel's); a `select!` send arm's message
+/// expression is evaluated only once the arm is chosen.
+#[test]
+fn a_panic_before_an_unreserved_completion_unwinds() {
+    fn message() -> u32 {
+        panic!("the message could not be made")
+    }
+    let (local_tx, _local_rx) = chan::local::channel::<u32>();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        courier::select! {
+            send(local_tx, message()) -> _res => (),
+        }
+    }));
+    assert!(caught.is_err());
+    let (tx, rx) = chan::bounded::<u32>(1);
+    drop(rx);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        courier::select! {
+            send(tx, message()) -> _res => (),
+        }
+    }));
+    assert!(caught.is_err());
 }
 
 #[test]

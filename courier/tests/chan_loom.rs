@@ -346,6 +346,29 @@ fn oneshot_send_recv_and_drop() {
     });
 }
 
+/// Two threads receive from one oneshot end: the message must wake both (one gets it, the
+/// other finds it taken), whichever has parked when it comes.
+#[test]
+fn oneshot_wakes_every_receiver() {
+    model_with_branches(20_000, || {
+        // The receivers are spawned and the main thread sends: a receiver may be unparked
+        // after it has returned, and loom (unlike std, which keeps a token) fails a thread
+        // that an `unpark` reaches while it waits in `join`.
+        let (tx, rx) = chan::oneshot::<u32>();
+        let rx = Arc::new(rx);
+        let receivers: Vec<_> = (0..2)
+            .map(|_| {
+                let rx = Arc::clone(&rx);
+                thread::spawn(move || rx.recv())
+            })
+            .collect();
+        assert!(tx.send(3).is_ok());
+        let mut got: Vec<_> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
+        got.sort_by_key(|r| r.is_err());
+        assert_eq!(got, [Ok(3), Err(RecvError)]);
+    });
+}
+
 #[test]
 fn select_over_two_receivers() {
     model(|| {

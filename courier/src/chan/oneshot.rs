@@ -86,7 +86,9 @@ impl<T> Sender<T> {
             .compare_exchange(EMPTY, FULL, Ordering::SeqCst, Ordering::Acquire)
         {
             Ok(_) => {
-                inner.receiver.notify();
+                // Every waiter, not one: receivers may share the end (`&Receiver` is `Sync`),
+                // and the state never returns to EMPTY, so a waiter left parked would stay so.
+                inner.receiver.notify_all();
                 Ok(())
             }
             Err(_) => {

@@ -886,7 +886,8 @@ impl<'a> SelectedOperation<'a> {
         self.index
     }
 
-    /// Completes the selected send. Panics if `tx` is not the sender that was selected.
+    /// Completes the selected send. Panics if `tx` is not the sender that was selected, which
+    /// aborts the process if the operation holds a reservation (see the `Drop` impl).
     ///
     /// On a channel's [`Sender`] this never waits: the select reserved the room. On a
     /// [`local::Sender`] nothing is reserved, and the send waits as `send` does if another
@@ -895,7 +896,8 @@ impl<'a> SelectedOperation<'a> {
         tx.put_selected(self, msg)
     }
 
-    /// Completes the selected receive. Panics if `rx` is not the receiver that was selected.
+    /// Completes the selected receive. Panics if `rx` is not the receiver that was selected,
+    /// which aborts the process if the operation holds a reservation (see the `Drop` impl).
     ///
     /// Never waits, except on a [`local::Receiver`] whose message another task of the thread
     /// has taken since the select (as [`send`](Self::send)).
@@ -929,11 +931,23 @@ impl<'a> SelectedOperation<'a> {
     }
 }
 
+/// Dropping an operation that holds a reservation (a slot, a position, or a rendezvous peer
+/// waiting for its packet) would leave peers, and the channel's own drop, waiting for a message
+/// that never comes. Dropped while the thread unwinds (a panic between the select and the
+/// completion, such as in a `select!` send arm's message expression) it aborts the process,
+/// as crossbeam-channel's does through a second panic; otherwise it panics. (Forgetting it
+/// with `mem::forget` is not unsound, but may leave those peers waiting forever.)
 impl Drop for SelectedOperation<'_> {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("dropped a SelectedOperation without completing it");
+        let reserved = self.token.is_reserved();
+        if std::thread::panicking() {
+            if reserved {
+                eprintln!("courier: a selected channel operation was dropped uncompleted while unwinding; aborting");
+                std::process::abort();
+            }
+            return;
         }
+        panic!("dropped a SelectedOperation without completing it");
     }
 }
 

@@ -823,6 +823,21 @@ impl WaitList {
         Some(entry)
     }
 
+    /// Claims every waiting entry for its operation, and every observer, and removes them; the
+    /// caller unparks the returned contexts. For a change that lets every waiter proceed, each
+    /// to find out for itself what it gets (a oneshot's message: one takes it, the others find
+    /// it taken).
+    pub(crate) fn select_all(&mut self) -> Vec<Context> {
+        let mut woken: Vec<Context> = self
+            .entries
+            .drain(..)
+            .filter(|e| e.cx.try_select(Selected::Operation(e.oper)).is_ok())
+            .map(|e| e.cx)
+            .collect();
+        woken.extend(self.take_observers());
+        woken
+    }
+
     /// Is there a waiting entry of another task that `try_select` could claim?
     pub(crate) fn can_select(&self) -> bool {
         if self.entries.is_empty() {
@@ -1079,6 +1094,27 @@ impl<P: PollerCell> SyncWaitList<P> {
             entry.cx.unpark();
         }
         for cx in observers {
+            cx.unpark();
+        }
+    }
+
+    /// Wakes every waiting task and watcher (see [`WaitList::select_all`]), after a change the
+    /// caller made with a SeqCst RMW, as for [`notify`](Self::notify).
+    pub(crate) fn notify_all(&self) {
+        // SYNC POINT: as in `notify`.
+        loom_seqcst_fence();
+        if !self.is_empty.load(Ordering::SeqCst) {
+            self.notify_all_slow();
+        }
+    }
+
+    #[cold]
+    fn notify_all_slow(&self) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let woken = list.select_all();
+        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
+        drop(list);
+        for cx in woken {
             cx.unpark();
         }
     }

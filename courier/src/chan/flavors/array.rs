@@ -87,6 +87,12 @@ pub(crate) struct ArrayToken {
     stamp: usize,
 }
 
+impl ArrayToken {
+    pub(crate) fn is_reserved(&self) -> bool {
+        !self.slot.is_null()
+    }
+}
+
 impl Default for ArrayToken {
     fn default() -> Self {
         ArrayToken {
@@ -819,15 +825,25 @@ impl<T> Drop for Channel<T> {
             hix: usize,
             done: usize,
             len: usize,
+            mark_bit: usize,
         }
         impl<T> Rest<'_, T> {
             fn drop_all(&mut self) {
                 while self.done < self.len {
                     let index = (self.hix + self.done) % self.buffer.len();
                     self.done += 1;
-                    self.buffer[index].msg.with_mut(|p| {
-                        // SAFETY: the slots from `head` to `tail` hold initialised messages;
-                        // `done` passed this one first, so it is dropped once.
+                    let slot = &self.buffer[index];
+                    // Written means stamp = position + 1, whose index bits are `index + 1`;
+                    // a slot reserved by a send that never wrote (a selected send that was
+                    // forgotten) still has its position's own (`index`), and nothing to drop.
+                    let stamp = slot.stamp.load(Ordering::Relaxed);
+                    if stamp & (self.mark_bit - 1) != index + 1 {
+                        continue;
+                    }
+                    slot.msg.with_mut(|p| {
+                        // SAFETY: a slot between `head` and `tail` whose stamp says written
+                        // holds an initialised message; `done` passed it first, so it is
+                        // dropped once.
                         unsafe { (*p).assume_init_drop() }
                     });
                 }
@@ -843,6 +859,7 @@ impl<T> Drop for Channel<T> {
             hix,
             done: 0,
             len,
+            mark_bit: self.mark_bit,
         };
         rest.drop_all();
     }

@@ -455,6 +455,12 @@ pub(crate) struct ListToken {
     offset: usize,
 }
 
+impl ListToken {
+    pub(crate) fn is_reserved(&self) -> bool {
+        !self.block.is_null()
+    }
+}
+
 impl Default for ListToken {
     fn default() -> Self {
         ListToken {

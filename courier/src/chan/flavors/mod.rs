@@ -27,3 +27,11 @@ pub(crate) struct Token {
     /// spins before registering only the first time (`Select::spin_before_registering`).
     pub(crate) waited: bool,
 }
+
+impl Token {
+    /// Does the token hold a reservation that only its `write`/`read` gives back (a slot, a
+    /// position, or a claimed peer's packet)? Not after a reservation on a disconnected channel.
+    pub(crate) fn is_reserved(&self) -> bool {
+        self.array.is_reserved() || self.list.is_reserved() || self.zero.is_reserved()
+    }
+}

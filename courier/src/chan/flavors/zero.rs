@@ -79,6 +79,12 @@ pub(crate) struct ZeroToken {
     peer: Option<Context>,
 }
 
+impl ZeroToken {
+    pub(crate) fn is_reserved(&self) -> bool {
+        !self.packet.is_null()
+    }
+}
+
 struct Inner {
     senders: WaitList,
     receivers: WaitList,
