@@ -241,10 +241,9 @@ impl Mapping {
 
     /// The region's state word.
     fn state(&self) -> &AtomicU32 {
-        // SAFETY: a message region's mapping (the only kind this is called
-        // on) is at least `REGION_HEADER` bytes, page-aligned (so aligned for
-        // `u32`), lives as long as `self`, and the word is only ever
-        // accessed atomically, by both processes.
+        // SAFETY: a message region's mapping (the only kind this is called on)
+        // is page-aligned, at least `REGION_HEADER` bytes, lives as long as
+        // `self`; both processes access the word only atomically.
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().cast::<u32>()) }
     }
 
