@@ -1576,6 +1576,39 @@ fn a_carrier_that_trickles_meets_the_fragment_timeout() {
     trickler.join().unwrap();
 }
 
+/// A descriptor that is not a courier channel socket, sent where a channel
+/// end should be, fails the message when it is read (and is closed), rather
+/// than at the end's first use.
+#[test]
+fn a_pipe_sent_as_a_channel_end_fails_the_message() {
+    let _check = fd_check();
+    let (a, b) = seqpacket_pair();
+    let rx = IpcReceiver::<IpcSender<u8>>::from(b);
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+    let mut message = header(0, 1, 1, 0, 1);
+    message.push(0);
+    raw_send(&a, &message, &[]);
+    raw_send(&a, &fd_packet(1, 1), &[pipe_r.as_fd()]);
+    drop(pipe_r);
+    assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
+    let rx = IpcReceiver::<IpcBytesReceiver>::from(rx_fd(rx));
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+    let mut message = header(0, 1, 2, 0, 2);
+    message.extend_from_slice(&[0, 0]); // index 0, no backlog
+    raw_send(&a, &message, &[]);
+    raw_send(&a, &fd_packet(1, 2), &[pipe_r.as_fd()]);
+    drop(pipe_r);
+    assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
+    // A real channel end still goes through.
+    let (tx, _keep) = ipc::channel::<u8>().unwrap();
+    let rx = IpcReceiver::<IpcSender<u8>>::from(rx_fd(rx));
+    let mut message = header(0, 1, 1, 0, 3);
+    message.push(0);
+    raw_send(&a, &message, &[]);
+    raw_send(&a, &fd_packet(1, 3), &[tx.as_fd()]);
+    assert!(rx.recv().is_ok());
+}
+
 #[test]
 fn typed_receiver_rejects_bad_channel_indices() {
     let _check = fd_check();

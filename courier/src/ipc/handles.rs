@@ -456,11 +456,26 @@ pub(crate) fn serialize_receiver<S: Serializer>(
     written
 }
 
+/// Checks that a received descriptor can be a channel end, a `SOCK_SEQPACKET`
+/// Unix socket: a peer may send any descriptor in its place, and this names
+/// the fault when the message is read rather than at the end's first use
+/// (two `getsockopt` calls a channel end received).
+pub(crate) fn check_channel_end<E: serde::de::Error>(fd: &OwnedFd) -> Result<(), E> {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    match (sockopt::socket_domain(fd), sockopt::socket_type(fd)) {
+        (Ok(AddressFamily::UNIX), Ok(SocketType::SEQPACKET)) => Ok(()),
+        _ => Err(E::custom(
+            "a descriptor sent as a channel end is not a SOCK_SEQPACKET Unix socket",
+        )),
+    }
+}
+
 /// Reads a receiving end written by [`serialize_receiver`].
 pub(crate) fn deserialize_receiver<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<OsReceiver, D::Error> {
     let (fd, backlog) = <(Descriptor, Option<Backlog>)>::deserialize(deserializer)?;
+    check_channel_end(&fd.0)?;
     match backlog {
         None => Ok(OsReceiver::from_fd(fd.0)),
         Some(backlog) => OsReceiver::with_backlog(fd.0, backlog)

@@ -692,5 +692,7 @@ fn serialize_sender<S: Serializer>(os: &OsSender, serializer: S) -> Result<S::Ok
 }
 
 fn deserialize_sender<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OsSender, D::Error> {
-    handles::deserialize_fd(deserializer).map(OsSender::from_fd)
+    let fd = handles::deserialize_fd(deserializer)?;
+    handles::check_channel_end(&fd)?;
+    Ok(OsSender::from_fd(fd))
 }
