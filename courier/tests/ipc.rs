@@ -399,6 +399,63 @@ fn a_value_that_serializes_differently_each_time_arrives_whole() {
     assert_eq!(rx.recv().unwrap().1.into_vec(), vec![9; 5000]);
 }
 
+/// A value whose later walk meets its channel ends in another order (as a
+/// `Mutex`-guarded list edited between walks would) is refused, not sent with
+/// one end in another's place.
+#[test]
+fn a_value_whose_channels_move_between_walks_is_refused() {
+    struct Swapping {
+        walks: std::cell::Cell<u8>,
+        a: IpcSender<u8>,
+        b: IpcSender<u8>,
+    }
+    impl Serialize for Swapping {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let walk = self.walks.get() + 1;
+            self.walks.set(walk);
+            let (first, second) = if walk == 1 {
+                (&self.a, &self.b)
+            } else {
+                (&self.b, &self.a)
+            };
+            // A byte string long enough to go from the caller's memory, which
+            // is what makes a second walk.
+            (first, second, serde_bytes::Bytes::new(&[7; 5000])).serialize(serializer)
+        }
+    }
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<(IpcSender<u8>, IpcSender<u8>, serde_bytes::ByteBuf)>().unwrap();
+    let (a, a_rx) = ipc::channel::<u8>().unwrap();
+    let (b, b_rx) = ipc::channel::<u8>().unwrap();
+    let swapping = IpcSender::<&Swapping>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let value = Swapping {
+        walks: Default::default(),
+        a,
+        b,
+    };
+    assert!(matches!(
+        swapping.send(&value),
+        Err(IpcError::SerializationError(_))
+    ));
+    assert!(value.walks.get() >= 2);
+    assert!(
+        matches!(rx.try_recv(), Err(TryRecvError::Empty)),
+        "nothing sent"
+    );
+    // The same ends in the same order on every walk go through.
+    let steady = IpcSender::<(&IpcSender<u8>, &IpcSender<u8>, &serde_bytes::Bytes)>::from(
+        tx.as_fd().try_clone_to_owned().unwrap(),
+    );
+    steady
+        .send((&value.a, &value.b, serde_bytes::Bytes::new(&[7; 5000])))
+        .unwrap();
+    let (a2, b2, bytes) = rx.recv().unwrap();
+    a2.send(1).unwrap();
+    b2.send(2).unwrap();
+    assert_eq!((a_rx.recv().unwrap(), b_rx.recv().unwrap()), (1, 2));
+    assert_eq!(bytes.len(), 5000);
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

@@ -74,6 +74,17 @@ struct Outgoing {
     /// On a later walk: how many descriptors the first one found, and how
     /// many descriptors and receivers this walk has written so far.
     again: Option<Again>,
+    /// On a later walk: which socket each of the first walk's descriptors
+    /// is, so that a later walk meeting other ends, or the same in another
+    /// order, is refused rather than sending one end in another's place.
+    first: Vec<SocketId>,
+}
+
+/// A descriptor's file (device and inode), which its duplicates share.
+type SocketId = (u64, u64);
+
+fn socket_id(fd: BorrowedFd<'_>) -> Option<SocketId> {
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
 impl Outgoing {
@@ -82,6 +93,7 @@ impl Outgoing {
         fds: Vec::new(),
         backlogs: Vec::new(),
         again: None,
+        first: Vec::new(),
     };
 }
 
@@ -146,6 +158,7 @@ impl Drop for Active {
             table.fds.clear();
             table.backlogs.clear();
             table.again = None;
+            table.first.clear();
             table.active = false;
             self.outer
                 .take()
@@ -178,11 +191,16 @@ fn walk<T: Serialize + ?Sized, R>(
     };
     let fds = OUTGOING.with(|o| {
         let mut table = o.borrow_mut();
+        let table = &mut *table;
         table.again = Some(Again {
             fds: table.fds.len(),
             next_fd: 0,
             next_receiver: 0,
         });
+        // (A `fstat` a channel end, on the rare message that carries ends
+        // and is walked again.)
+        let first = table.fds.iter().map(|fd| socket_id(fd.as_fd()));
+        table.first = first.map(|id| id.unwrap_or((u64::MAX, u64::MAX))).collect();
         std::mem::take(&mut table.fds)
     });
     let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|fd| fd.as_fd()).collect();
@@ -398,8 +416,12 @@ pub(crate) fn serialize_fd<S: Serializer>(
                 Ok(table.fds.len() - 1)
             }
             Some(again) if again.next_fd < again.fds => {
+                let index = again.next_fd;
+                if socket_id(fd) != Some(table.first[index]) {
+                    return Err(CHANGED.to_owned());
+                }
                 again.next_fd += 1;
-                Ok(again.next_fd - 1)
+                Ok(index)
             }
             Some(_) => Err(CHANGED.to_owned()),
         }
