@@ -875,6 +875,28 @@ fn a_local_selected_operation_waits_when_another_fiber_took_what_was_ready() {
     });
 }
 
+/// An empty select with a deadline parks the fiber, not its thread: the other fibers run
+/// while it waits.
+#[test]
+fn an_empty_timed_select_in_a_fiber_lets_the_others_run() {
+    with_watchdog("empty select", LIMIT, || {
+        let ran = Rc::new(Cell::new(false));
+        let seen = Rc::new(Cell::new(false));
+        let (r, s) = (ran.clone(), seen.clone());
+        let waiting: Box<dyn FnOnce()> = Box::new(move || {
+            let start = Instant::now();
+            assert!(Select::new()
+                .select_timeout(Duration::from_millis(20))
+                .is_err());
+            assert!(start.elapsed() >= Duration::from_millis(20));
+            s.set(r.get());
+        });
+        let other: Box<dyn FnOnce()> = Box::new(move || ran.set(true));
+        run_fibers(vec![waiting, other]);
+        assert!(seen.get(), "the other fiber ran while the select waited");
+    });
+}
+
 /// A fiber that holds what its `Select` claimed across a suspension (it selects, then blocks on
 /// another channel before completing the operation) does not stall the fibers that wait for
 /// that claim: a receiver waiting for the selected send's slot to be filled, a sender waiting

@@ -695,7 +695,7 @@ impl<'a> Select<'a> {
         };
         let Some(start) = self.start() else {
             if let Some(d) = deadline {
-                std::thread::sleep(d.saturating_duration_since(Instant::now()));
+                wait_out(d);
             }
             return None;
         };
@@ -748,7 +748,7 @@ impl<'a> Select<'a> {
         // Fairness: start each select at a different operation.
         let Some(start) = self.start() else {
             if let Some(d) = deadline {
-                std::thread::sleep(d.saturating_duration_since(Instant::now()));
+                wait_out(d);
             }
             return None;
         };
@@ -824,6 +824,14 @@ impl<'a> Select<'a> {
             }
         }
     }
+}
+
+/// An empty select's wait until `deadline`: nothing can end it early. Through the running
+/// task's context, so that a fiber parks (a thread sleeping here would stall its scheduler).
+fn wait_out(deadline: Instant) {
+    Context::with(|cx| {
+        cx.wait_until(Some(deadline), false);
+    });
 }
 
 #[derive(Clone, Copy)]
@@ -933,21 +941,25 @@ impl<'a> SelectedOperation<'a> {
 
 /// Dropping an operation that holds a reservation (a slot, a position, or a rendezvous peer
 /// waiting for its packet) would leave peers, and the channel's own drop, waiting for a message
-/// that never comes. Dropped while the thread unwinds (a panic between the select and the
-/// completion, such as in a `select!` send arm's message expression) it aborts the process,
-/// as crossbeam-channel's does through a second panic; otherwise it panics. (Forgetting it
-/// with `mem::forget` is not unsound, but may leave those peers waiting forever.)
+/// that never comes, so it aborts the process: on a panic between the select and the
+/// completion (crossbeam-channel's aborts there too, through a second panic), and on an early
+/// exit there, such as `?`, `return` or `break` in a `select!` send arm's message expression.
+/// An operation that holds none (a `chan::local` or oneshot end's, or one on a disconnected
+/// channel) panics when dropped uncompleted, unless the thread is unwinding already.
+/// (Forgetting an operation with `mem::forget` is not unsound, but may leave those peers
+/// waiting forever.)
 impl Drop for SelectedOperation<'_> {
     fn drop(&mut self) {
-        let reserved = self.token.is_reserved();
-        if std::thread::panicking() {
-            if reserved {
-                eprintln!("courier: a selected channel operation was dropped uncompleted while unwinding; aborting");
-                std::process::abort();
-            }
-            return;
+        if self.token.is_reserved() {
+            eprintln!(
+                "courier: a selected channel operation that holds a reservation was dropped \
+                 uncompleted; aborting (its peers would wait for it forever)"
+            );
+            std::process::abort();
         }
-        panic!("dropped a SelectedOperation without completing it");
+        if !std::thread::panicking() {
+            panic!("dropped a SelectedOperation without completing it");
+        }
     }
 }
 
@@ -964,9 +976,11 @@ impl Drop for SelectedOperation<'_> {
 /// ```
 ///
 /// Each channel expression is evaluated once, before waiting; a `send` arm's message
-/// expression only if that arm is chosen. Bodies are plain code in the caller's function
-/// (`return`, `break`, `?` work as written); every body has the same type, which is the value
-/// of the `select!`. Without a `default` arm it blocks until some operation can complete; a
+/// expression only if that arm is chosen, between the choice and the send, so it must not
+/// leave early or panic: on a thread-safe channel the choice holds a reservation, and
+/// dropping it aborts the process (see [`SelectedOperation`]). Bodies are plain code in the
+/// caller's function (`return`, `break`, `?` work as written); every body has the same type,
+/// which is the value of the `select!`. Without a `default` arm it blocks until some operation can complete; a
 /// disconnected channel counts as ready (its arm gets the `Err`).
 ///
 /// ```

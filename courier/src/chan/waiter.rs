@@ -151,6 +151,7 @@ impl TaskParker {
     }
 
     /// Lets the scheduler's other ready tasks run.
+    #[cfg_attr(loom, allow(dead_code))] // reached through `CURRENT_TASK`, left out of loom builds
     fn yield_now(&self) {
         self.run_inside(|park| park.yield_now());
     }
@@ -635,12 +636,22 @@ pub(crate) fn current_may_yield() -> bool {
 /// `Select` that took the caller's rendezvous and has yet to write, a sender between claiming
 /// a slot and filling it): a fiber lets its scheduler run the others ([`Park::yield_now`]),
 /// since the task it waits for may share its thread; a thread yields its CPU.
+///
+/// The yield goes through a clone of the task's context: the scheduler may drop or move the
+/// task's `TaskContext` while the task is suspended, and the parker must outlive the call.
 #[cold]
 pub(crate) fn yield_current() {
-    with_current_task(|task| match task {
-        Some(task) => task.yield_now(),
-        None => thread::yield_now(),
-    });
+    #[cfg(not(loom))]
+    if let Some(cx) = Context::current_task() {
+        // SAFETY: `current_task` returns only installed pointers, which are live now (the
+        // clone keeps the task's parker alive past the suspension).
+        let cx = unsafe { &*cx }.clone();
+        if let Parker::Task(task) = &cx.inner.parker {
+            task.yield_now();
+            return;
+        }
+    }
+    thread::yield_now();
 }
 
 /// The id of the running task, as stored in its contexts.
@@ -716,15 +727,32 @@ impl TaskContext {
     /// Runs `f` as this task: channel operations that block inside `f` park through this
     /// task's [`Park`] instead of parking the thread. Nests; restores the previous task on
     /// return and on unwind.
+    ///
+    /// A nested `run` whose `f` suspends the fiber (its scheduler's turn ends, and the next
+    /// turn installs the task its scheduler runs it as) continues after the suspension as that
+    /// task, and on return leaves it installed: the task it would have restored belonged to a
+    /// turn that is over.
     #[cfg(not(loom))]
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Restore(*const Context);
+        /// Puts the previous task back, unless another `run` has installed its own since (the
+        /// fiber was suspended inside `f` and resumed in another turn, maybe on another
+        /// thread: the previous pointer may name a context that is gone).
+        struct Restore {
+            previous: *const Context,
+            mine: *const Context,
+        }
         impl Drop for Restore {
             fn drop(&mut self) {
-                CURRENT_TASK.set(self.0);
+                if std::ptr::eq(CURRENT_TASK.get(), self.mine) {
+                    CURRENT_TASK.set(self.previous);
+                }
             }
         }
-        let _restore = Restore(CURRENT_TASK.replace(&self.cx));
+        let mine: *const Context = &self.cx;
+        let _restore = Restore {
+            previous: CURRENT_TASK.replace(mine),
+            mine,
+        };
         f()
     }
 }
