@@ -106,7 +106,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rustix::fs::{self, MemfdFlags, SealFlags};
+use rustix::fs::{self, FallocateFlags, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use rustix::mm::{self, MapFlags, ProtFlags};
 use rustix::thread::futex;
@@ -310,6 +310,8 @@ pub(crate) struct Region {
     token: u64,
     /// Its place under [`MAX_KEPT_FDS`], for a region made for medium messages.
     _counted: Option<Counted>,
+    /// Bytes of the file, from its start, whose pages are allocated.
+    backed: usize,
 }
 
 /// How a filled region reaches the receiver.
@@ -332,6 +334,8 @@ impl Region {
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
         )?;
         fs::ftruncate(&fd, len as u64)?;
+        let backed = REGION_HEADER + payload;
+        fallocate(&fd, backed)?;
         fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         let map = Mapping::map(fd.as_fd(), len)?;
         // Claimed from the start (sent by descriptor).
@@ -341,7 +345,29 @@ impl Region {
             map,
             token: 0,
             _counted: None,
+            backed,
         })
+    }
+
+    /// Allocates the file's pages up to `len` bytes, if a payload will reach
+    /// further than any before (once per region and size, a comparison
+    /// after that).
+    fn back(&mut self, len: usize) -> Result<(), Errno> {
+        if len > self.backed {
+            fallocate(&self.fd, len)?;
+            self.backed = len;
+        }
+        Ok(())
+    }
+
+    /// Gives up a claim made for a payload that cannot be written after all.
+    fn abandon(&self, route: Route) {
+        match route {
+            Route::Kept(_) => self.unclaim(),
+            // Maybe held before: `FREE` makes the next message send the
+            // descriptor again, which is always right.
+            Route::Descriptor => self.map.state().store(FREE, Ordering::Release),
+        }
     }
 
     fn capacity(&self) -> usize {
@@ -576,7 +602,17 @@ impl Pool {
             }
         };
         let (region, route) = match reused {
-            Ok(reused) => reused,
+            Ok((mut region, route)) => {
+                if let Err(e) = region.back(REGION_HEADER + extent) {
+                    region.abandon(route);
+                    self.put(region);
+                    return match take {
+                        Take::Kept => Ok(None),
+                        _ => Err(e),
+                    };
+                }
+                (region, route)
+            }
             Err(counted) => {
                 let mut region = match Region::create(extent) {
                     Ok(region) => region,
@@ -1343,6 +1379,20 @@ fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
 pub(crate) fn unpark_all() {
     let parked = std::mem::take(&mut *PARKED.lock().unwrap_or_else(|e| e.into_inner()));
     drop(parked);
+}
+
+/// Allocates the pages of `fd`'s first `len` bytes. A region's payload is
+/// copied in through a shared mapping, where a page that cannot be had is a
+/// `SIGBUS` (strict overcommit, a memory cgroup's limit) rather than an
+/// error; allocated first, the copy takes no such fault, and a shortage is
+/// an error here.
+fn fallocate(fd: &OwnedFd, len: usize) -> Result<(), Errno> {
+    loop {
+        match fs::fallocate(fd, FallocateFlags::empty(), 0, len as u64) {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
 }
 
 /// Writes all of `bytes` at `fd`'s offset.
