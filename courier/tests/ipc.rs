@@ -456,6 +456,48 @@ fn a_value_whose_channels_move_between_walks_is_refused() {
     assert_eq!(bytes.len(), 5000);
 }
 
+/// A send from a thread-local's `Drop`, run after courier's own thread-locals
+/// are gone (they were first used later, so they are torn down first): a
+/// plain message goes through, and a channel end in one is an error rather
+/// than a panic, which would abort the process there.
+#[test]
+fn a_send_from_a_thread_locals_drop_goes_through() {
+    type Ends = (IpcSender<Vec<u8>>, IpcSender<IpcSender<u8>>);
+    struct Farewell(Option<Ends>);
+    impl Drop for Farewell {
+        fn drop(&mut self) {
+            if let Some((tx, ends)) = self.0.take() {
+                tx.send(vec![7; 100]).unwrap();
+                let (end, _keep) = ipc::channel::<u8>().unwrap();
+                let refused = ends.send(end);
+                tx.send(vec![u8::from(matches!(
+                    refused,
+                    Err(IpcError::SerializationError(_))
+                ))])
+                .unwrap();
+            }
+        }
+    }
+    thread_local! {
+        static FAREWELL: std::cell::RefCell<Farewell> =
+            const { std::cell::RefCell::new(Farewell(None)) };
+    }
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+    let (ends_tx, _ends_rx) = ipc::channel::<IpcSender<u8>>().unwrap();
+    std::thread::spawn(move || {
+        // First use of the farewell, then of courier's locals: torn down
+        // in the other order.
+        FAREWELL.with(|f| *f.borrow_mut() = Farewell(Some((tx.clone(), ends_tx))));
+        tx.send(vec![1]).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert_eq!(rx.recv().unwrap(), vec![1]);
+    assert_eq!(rx.recv().unwrap(), vec![7; 100]);
+    assert_eq!(rx.recv().unwrap(), vec![1], "the channel end was refused");
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

@@ -139,21 +139,26 @@ struct Active {
 }
 
 impl Active {
+    /// (While the thread's locals are torn down, as in a thread-local's `Drop` that sends, the
+    /// table may be gone: the message is then sent without one, and a channel end in it fails
+    /// to serialize, where a panic there would abort the process.)
     fn enter() -> Active {
-        OUTGOING.with(|o| {
-            let mut table = o.borrow_mut();
-            let outer = table
-                .active
-                .then(|| std::mem::replace(&mut *table, Outgoing::IDLE));
-            table.active = true;
-            Active { outer }
-        })
+        OUTGOING
+            .try_with(|o| {
+                let mut table = o.borrow_mut();
+                let outer = table
+                    .active
+                    .then(|| std::mem::replace(&mut *table, Outgoing::IDLE));
+                table.active = true;
+                Active { outer }
+            })
+            .unwrap_or_else(|_| Active { outer: None })
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        let nested = OUTGOING.with(|o| {
+        let nested = OUTGOING.try_with(|o| {
             let mut table = o.borrow_mut();
             table.fds.clear();
             table.backlogs.clear();
@@ -183,13 +188,21 @@ fn walk<T: Serialize + ?Sized, R>(
     (*buf, skipped) = bytes_seq::serialize_with_flavor(value, measure)?;
     let Some(skip) = skipped else {
         // The common case, one walk: send with the table's descriptors.
-        return Ok(OUTGOING.with(|o| {
+        let mut send = Some(send);
+        let sent = OUTGOING.try_with(|o| {
             let table = o.borrow();
             let fds: Vec<BorrowedFd<'_>> = table.fds.iter().map(AsFd::as_fd).collect();
-            send(&[IoSlice::new(buf)], &fds)
-        }));
+            send.take().map(|send| send(&[IoSlice::new(buf)], &fds))
+        });
+        return Ok(match (sent, send) {
+            (Ok(Some(sent)), _) => sent,
+            // The table is gone (the thread's locals are torn down): the
+            // message can hold no channel end, and goes without descriptors.
+            (_, Some(send)) => send(&[IoSlice::new(buf)], &[]),
+            (Ok(None) | Err(_), None) => unreachable!("`send` is taken only to be called"),
+        });
     };
-    let fds = OUTGOING.with(|o| {
+    let fds = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
         let table = &mut *table;
         table.again = Some(Again {
@@ -203,6 +216,7 @@ fn walk<T: Serialize + ?Sized, R>(
         table.first = first.map(|id| id.unwrap_or((u64::MAX, u64::MAX))).collect();
         std::mem::take(&mut table.fds)
     });
+    let fds = fds.unwrap_or_default();
     let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|fd| fd.as_fd()).collect();
     let mut replay = Replay {
         small: buf,
@@ -222,7 +236,7 @@ fn walk<T: Serialize + ?Sized, R>(
     walked?;
     let send = replay.send.take().expect("not sent, so not taken");
     // The second walk differed from the first: a third one writes it all.
-    OUTGOING.with(|o| {
+    let _ = OUTGOING.try_with(|o| {
         if let Some(again) = &mut o.borrow_mut().again {
             again.next_fd = 0;
             again.next_receiver = 0;
@@ -400,7 +414,7 @@ pub(crate) fn serialize_fd<S: Serializer>(
     fd: BorrowedFd<'_>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    let index = OUTGOING.with(|o| {
+    let index = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
         let table = &mut *table;
         if !table.active {
@@ -426,6 +440,9 @@ pub(crate) fn serialize_fd<S: Serializer>(
             Some(_) => Err(CHANGED.to_owned()),
         }
     });
+    let index = index.unwrap_or_else(|_| {
+        Err("a courier channel cannot be sent while its thread's locals are torn down".to_owned())
+    });
     match index {
         Ok(index) => (index as u32).serialize(serializer),
         Err(why) => Err(S::Error::custom(why)),
@@ -444,7 +461,7 @@ pub(crate) fn serialize_receiver<S: Serializer>(
 ) -> Result<S::Ok, S::Error> {
     // The backlog is taken out of its slot while it is written (writing it
     // reaches the table again, for its descriptors), then put back.
-    let slot = OUTGOING.with(|o| {
+    let slot = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
         let table = &mut *table;
         if !table.active {
@@ -461,7 +478,7 @@ pub(crate) fn serialize_receiver<S: Serializer>(
             }
         })
     });
-    let Some(slot) = slot else {
+    let Some(slot) = slot.ok().flatten() else {
         // Not inside a send: fails at the descriptor, and takes nothing.
         return (FdIndex(os.fd()), None::<Backlog>).serialize(serializer);
     };

@@ -194,11 +194,13 @@ where
     pub fn send(&self, data: T) -> Result<(), IpcError> {
         // Take the thread's buffer (a nested send, from a `Serialize` impl,
         // finds it empty and uses its own).
-        let mut buf = MSG_BUF.take();
+        // (`try_with`: a send from a thread-local's `Drop` may find the
+        // buffer gone, and then uses its own.)
+        let mut buf = MSG_BUF.try_with(Cell::take).unwrap_or_default();
         let sent =
             handles::serialize_message(&data, &mut buf, |parts, fds| self.os.send(parts, fds));
         if buf.capacity() <= KEEP_MSG_BUF {
-            MSG_BUF.set(buf);
+            let _ = MSG_BUF.try_with(|b| b.set(buf));
         }
         Ok(sent??)
     }
@@ -281,10 +283,10 @@ where
     fn recv_wait(&self, wait: Wait) -> Result<T, TryRecvError> {
         // The thread's buffer, as in `IpcSender::send` (a nested receive,
         // from a `Deserialize` impl, finds it empty and uses its own).
-        let mut buf = MSG_BUF.take();
+        let mut buf = MSG_BUF.try_with(Cell::take).unwrap_or_default();
         let received = self.recv_in(&mut buf, wait);
         if buf.capacity() <= KEEP_MSG_BUF {
-            MSG_BUF.set(buf);
+            let _ = MSG_BUF.try_with(|b| b.set(buf));
         }
         received
     }
