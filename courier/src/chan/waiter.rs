@@ -1138,8 +1138,13 @@ impl<P: PollerCell> SyncWaitList<P> {
 
     #[cold]
     fn notify_all_slow(&self) {
+        self.wake_claimed(WaitList::select_all);
+    }
+
+    /// Claims entries with `claim` under the lock, then unparks the claimed tasks after it.
+    fn wake_claimed(&self, claim: impl FnOnce(&mut WaitList) -> Vec<Context>) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        let woken = list.select_all();
+        let woken = claim(&mut list);
         self.is_empty.store(list.is_empty(), Ordering::SeqCst);
         drop(list);
         for cx in woken {
@@ -1183,13 +1188,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         // SYNC POINT: partner: the Acquire load in `is_disconnected` (after the channel's own
         // disconnect mark, which this makes visible to that reader).
         self.disconnected.store(true, Ordering::Release);
-        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        let woken = list.disconnect();
-        self.is_empty.store(list.is_empty(), Ordering::SeqCst);
-        drop(list);
-        for cx in woken {
-            cx.unpark();
-        }
+        self.wake_claimed(WaitList::disconnect);
     }
 
     /// Has [`disconnect`](Self::disconnect) been called? (A read of a line peers rarely write.)
