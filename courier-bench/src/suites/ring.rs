@@ -10,12 +10,22 @@
 //! Tasks are threads (N = 2, 4, 16) for courier, crossbeam-channel, flume and std::sync::mpsc;
 //! `courier-local` runs the same ring inside one thread on `chan::local` channels, as a state
 //! machine (each task is a step of a loop) until fibers exist.
+//!
+//! The rendezvous rings also have a `floor` row: the same ring of threads with no channel at
+//! all, each hop a bare futex hand-off (the sender stores the token in the recipient's word and
+//! wakes it with `FUTEX_WAKE`; the recipient waits in `FUTEX_WAIT`). It is what any channel pays
+//! whose recipient has parked by the time its message comes, which in a ring of more tasks than
+//! CPUs is most of them. A channel can only go below it by catching recipients before they park.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
 
 use super::chan::{
     measure_interleaved, time_threads, Courier, Crossbeam, Flume, Kind, Peer, Runner, StdMpsc,
 };
+use crate::harness::report::FLOOR;
 use crate::harness::{Case, Ctx, Result};
 
 /// Ring sizes measured.
@@ -41,6 +51,44 @@ pub(crate) fn thread_ring<P: Peer>(kind: Kind, n: usize, per_task: usize) -> Opt
                     } else {
                         let v = P::recv(&rx);
                         P::send(&tx, std::hint::black_box(v));
+                    }
+                }
+            }
+        })
+        .collect();
+    time_threads(n * per_task, tasks)
+}
+
+/// A task's futex word, alone on its cache lines (two, against the adjacent-line prefetcher).
+#[repr(align(128))]
+struct Word(AtomicU32);
+
+/// The floor of the rendezvous ring: the ring of threads in which every hop is a bare futex
+/// hand-off (see the module docs); the time for `per_task * n` hops (`None`: stuck).
+pub(crate) fn futex_ring(n: usize, per_task: usize) -> Option<Duration> {
+    let words: std::sync::Arc<[Word]> = (0..n).map(|_| Word(AtomicU32::new(0))).collect();
+    let tasks = (0..n)
+        .map(|i| {
+            let words = words.clone();
+            move || {
+                let (own, next) = (&words[i].0, &words[(i + 1) % n].0);
+                let hand_off = || {
+                    next.store(1, Ordering::Release);
+                    futex::wake(next, futex::Flags::PRIVATE, 1).expect("FUTEX_WAKE");
+                };
+                let take = || {
+                    while own.swap(0, Ordering::Acquire) == 0 {
+                        // EAGAIN (the token came meanwhile) and EINTR both mean: look again.
+                        let _ = futex::wait(own, futex::Flags::PRIVATE, 0, None);
+                    }
+                };
+                for _ in 0..per_task {
+                    if i == 0 {
+                        hand_off();
+                        take();
+                    } else {
+                        take();
+                        hand_off();
                     }
                 }
             }
@@ -101,6 +149,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
             subjects.push(ring_runner::<Crossbeam>(kind, n));
             subjects.push(ring_runner::<Flume>(kind, n));
             subjects.push(ring_runner::<StdMpsc>(kind, n));
+            if kind == Kind::Bounded0 {
+                subjects.push((FLOOR, Box::new(move |m| futex_ring(n, m / n))));
+            }
             measure_interleaved(ctx, &case, subjects, samples, total / n * n);
         }
     }
@@ -110,6 +161,11 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     ));
     ctx.note(
         "courier-local: the same ring on chan::local channels inside one thread (a state machine)",
+    );
+    ctx.note(
+        "bounded0 floor: the same ring of threads with a bare futex hand-off per hop (what a \
+         channel pays whose recipient has parked); courier can beat it only by catching recipients \
+         before they park",
     );
     Ok(())
 }
@@ -128,6 +184,9 @@ mod tests {
                 assert!(thread_ring::<Flume>(kind, n, 200).is_some());
                 assert!(thread_ring::<StdMpsc>(kind, n, 200).is_some());
             }
+        }
+        for n in [2, 5] {
+            assert!(futex_ring(n, 200).is_some());
         }
         local_ring(Kind::Bounded1, 5, 200);
         local_ring(Kind::Unbounded, 5, 200);
