@@ -498,6 +498,55 @@ fn a_send_from_a_thread_locals_drop_goes_through() {
     assert_eq!(rx.recv().unwrap(), vec![1], "the channel end was refused");
 }
 
+/// A receive from a thread-local's `Drop`, run after courier's own
+/// thread-locals are gone: small, split and large messages all arrive (the
+/// call reads into an area of its own instead of the thread's), and a
+/// channel end in one is an error rather than a panic, which would abort the
+/// process there.
+#[test]
+fn a_receive_from_a_thread_locals_drop_goes_through() {
+    type Ends = (
+        IpcReceiver<Vec<u8>>,
+        IpcReceiver<IpcSender<u8>>,
+        IpcSender<(Vec<Vec<u8>>, bool)>,
+    );
+    struct Farewell(Option<Ends>);
+    impl Drop for Farewell {
+        fn drop(&mut self) {
+            if let Some((rx, ends, back)) = self.0.take() {
+                let got = (0..3).map(|_| rx.recv().unwrap()).collect();
+                let refused = matches!(ends.recv(), Err(IpcError::SerializationError(_)));
+                back.send((got, refused)).unwrap();
+            }
+        }
+    }
+    thread_local! {
+        static FAREWELL: std::cell::RefCell<Farewell> =
+            const { std::cell::RefCell::new(Farewell(None)) };
+    }
+    let _check = fd_check();
+    let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+    let (ends_tx, ends_rx) = ipc::channel::<IpcSender<u8>>().unwrap();
+    let (back_tx, back_rx) = ipc::channel().unwrap();
+    let sent = vec![vec![1; 10], pattern(50_000, 3), pattern(3 << 20, 4)];
+    tx.send(vec![0]).unwrap();
+    for m in &sent {
+        tx.send(m.clone()).unwrap();
+    }
+    let (end, _keep) = ipc::channel::<u8>().unwrap();
+    ends_tx.send(end).unwrap();
+    std::thread::spawn(move || {
+        // First use of the farewell, then of courier's locals: torn down
+        // in the other order.
+        FAREWELL.with(|f| *f.borrow_mut() = Farewell(None));
+        assert_eq!(rx.recv().unwrap(), vec![0]);
+        FAREWELL.with(|f| *f.borrow_mut() = Farewell(Some((rx, ends_rx, back_tx))));
+    })
+    .join()
+    .unwrap();
+    assert_eq!(back_rx.recv().unwrap(), (sent, true));
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

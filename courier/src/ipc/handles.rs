@@ -397,8 +397,13 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     }
     let own = parts.head.len() + parts.string.as_ref().map_or(0, Vec::len) + parts.tail.len();
     let budget = limit.saturating_sub(own as u64);
+    // While the thread's locals are torn down (a receive in a thread-local's
+    // `Drop`), the table is gone: the message's descriptors are closed here,
+    // and a channel end in it is an error (`deserialize_fd`).
     let _restore = Restore(
-        INCOMING.with(|i| std::mem::replace(&mut *i.borrow_mut(), table)),
+        INCOMING
+            .try_with(|i| std::mem::replace(&mut *i.borrow_mut(), table))
+            .unwrap_or_default(),
         REGION_BUDGET.replace(budget),
     );
     // Every message goes through the adapter, even one too short to hold a
@@ -553,7 +558,7 @@ pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<OwnedFd, D::Error> {
     let index = u32::deserialize(deserializer)? as usize;
-    INCOMING.with(|i| {
+    let taken = INCOMING.try_with(|i| {
         let mut table = i.borrow_mut();
         let slot = table
             .as_mut()
@@ -562,6 +567,11 @@ pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
             .ok_or_else(|| D::Error::custom(format!("channel index {index} out of range")))?;
         slot.take()
             .ok_or_else(|| D::Error::custom(format!("channel index {index} used twice")))
+    });
+    taken.unwrap_or_else(|_| {
+        Err(D::Error::custom(
+            "a courier channel cannot be received while its thread's locals are torn down",
+        ))
     })
 }
 

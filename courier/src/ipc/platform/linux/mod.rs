@@ -712,18 +712,30 @@ thread_local! {
 /// exactly that distance. `ipc --case sendrecv_4k`, bytes, the two builds in
 /// turn (session 21): 6.7-7.0 µs with it, 4.5-4.6 page-aligned (ipc-channel
 /// 5.0-5.2); in a faster minute 4.8-4.9 against 3.4 (ipc-channel 3.9).
+///
+/// A receive from a thread-local's destructor, after [`SCRATCH`] is gone,
+/// uses an area of its own for that one call.
 #[inline]
 fn with_scratch<R>(f: impl FnOnce(&mut [MaybeUninit<u8>]) -> R) -> R {
+    let mut f = Some(f);
+    let mut run = |scratch: &mut Vec<u8>| in_scratch(scratch, f.take().expect("called once"));
+    match SCRATCH.try_with(|scratch| run(&mut scratch.borrow_mut())) {
+        Ok(r) => r,
+        Err(_) => run(&mut Vec::new()),
+    }
+}
+
+/// Runs `f` on `scratch`, grown to a packet past a page boundary (see
+/// [`with_scratch`]).
+fn in_scratch<R>(scratch: &mut Vec<u8>, f: impl FnOnce(&mut [MaybeUninit<u8>]) -> R) -> R {
     const PAGE: usize = 4096;
-    SCRATCH.with_borrow_mut(|scratch| {
-        let room = socket::max_packet();
-        if scratch.capacity() < room + PAGE {
-            *scratch = Vec::with_capacity(room + PAGE);
-        }
-        let spare = scratch.spare_capacity_mut();
-        let skip = spare.as_ptr().addr().next_multiple_of(PAGE) - spare.as_ptr().addr();
-        f(&mut spare[skip..skip + room])
-    })
+    let room = socket::max_packet();
+    if scratch.capacity() < room + PAGE {
+        *scratch = Vec::with_capacity(room + PAGE);
+    }
+    let spare = scratch.spare_capacity_mut();
+    let skip = spare.as_ptr().addr().next_multiple_of(PAGE) - spare.as_ptr().addr();
+    f(&mut spare[skip..skip + room])
 }
 
 impl OsReceiver {
