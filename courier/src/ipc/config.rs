@@ -43,12 +43,14 @@ pub struct Config {
     pub large_messages: LargeMessages,
     /// How long a receiver waits for the rest of a fragmented message, or
     /// for the whole of a streamed region payload (1 MiB and up), before it
-    /// gives up with `WireError::FragmentTimeout` (default 30 s). A receive
-    /// of such a message may block this long whatever its own timeout,
-    /// `try_recv` included, once the message has begun; so may a receiver
-    /// set's `select` or `try_select`, and the set's other channels wait
-    /// meanwhile: a peer that begins such messages and never completes them
-    /// delays each select that reads one by up to this long.
+    /// gives up with `WireError::FragmentTimeout` (default 30 s), counted
+    /// from the first receive that began to fetch it. A blocking `recv` of
+    /// such a message waits for it; `try_recv`, a timed receive past its
+    /// deadline, and a receiver set's reads wait about a millisecond, then
+    /// return empty-handed and leave the message to the next receive, which
+    /// goes on where the last stopped. So a peer that begins a message and
+    /// never completes it delays a set's other channels by about that
+    /// millisecond per select, not by this timeout.
     pub fragment_timeout: Duration,
 }
 

@@ -42,6 +42,14 @@
 //! senders are all gone is reported once as closed, after its last message,
 //! and leaves the set, which closes its socket.
 //!
+//! A message whose payload is still arriving when it is read (the rest of a
+//! fragmented message, or a streamed region being written) is waited for
+//! about a millisecond; then the read leaves it half-fetched, the select
+//! serves the other channels, and the next read goes on with it. A peer
+//! that begins a message and stops cannot hold the set: it costs each
+//! select that millisecond, and its message fails at the fragment timeout
+//! ([`Config::fragment_timeout`]).
+//!
 //! A malformed message from one channel is an error of the select (a
 //! [`WireError`](super::WireError) inside an [`io::ErrorKind::InvalidData`]
 //! error, as for a receive); the messages read in the same call are returned

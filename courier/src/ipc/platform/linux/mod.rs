@@ -71,7 +71,7 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
-use self::shm::{KeptRegion, MapCache, Pool, Route, Span, Stream, Take};
+use self::shm::{KeptRegion, MapCache, PausedCopy, Pool, Progress, Route, Span, Stream, Take};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
@@ -578,7 +578,33 @@ struct Ready {
     header: Header,
     data: Vec<u8>,
     fds: Vec<OwnedFd>,
+    /// Set if a receive began to fetch the part of the payload carried
+    /// elsewhere and returned before it all came (see `OsReceiver::finish`).
+    resume: Option<Resume>,
 }
+
+/// How far the fetch of a message's payload got before its receive had to
+/// return: a carrier's fragments (the carrier is back among the message's
+/// descriptors, the bytes so far in its data) or a streamed region's copy.
+#[derive(Debug)]
+struct Resume {
+    /// The fragment timeout, counted from the fetch's start.
+    deadline: Instant,
+    /// The region's copy, for a payload in shared memory.
+    copy: Option<PausedCopy>,
+    /// The byte string copied so far to a buffer of its own, and where it
+    /// sits in the payload (`PausedCopy::split`).
+    string: Option<(Layout, Vec<u8>)>,
+}
+
+/// How long a receive that may not block (`try_recv`, a receiver set's
+/// read) waits for the rest of a message whose payload is still arriving
+/// (fragments, or a streamed region) before it returns empty-handed and
+/// leaves the fetch to the next receive, which goes on where it stopped.
+/// A peer that starts a message and never finishes it holds such a
+/// receive, and a set's select, this long at a time, not the fragment
+/// timeout's 30 s; the message itself still fails at that timeout.
+const FETCH_SLICE: Duration = Duration::from_millis(1);
 
 /// What a receiver keeps between calls.
 #[derive(Debug, Default)]
@@ -773,6 +799,7 @@ impl OsReceiver {
     /// them along with this receiver; `None` in the usual case of none.
     pub(crate) fn take_backlog(&self) -> Option<Backlog> {
         let mut state = self.state.borrow_mut();
+        self.finish_paused_copy(&mut state);
         let regions = state.regions.take_kept();
         if state.waiting.is_empty()
             && state.ready.is_empty()
@@ -803,6 +830,38 @@ impl OsReceiver {
                 })
                 .collect(),
         })
+    }
+
+    /// Finishes the region copy a receive put aside, if any (blocking, up
+    /// to its fragment timeout): it reads a mapping of this process, which
+    /// does not travel with the receiver. The message goes back to the head
+    /// of the queue complete, its payload inline; one that fails is dropped,
+    /// as its receive would have reported and dropped it. (Fragments put
+    /// aside travel as they are: their carrier goes along.)
+    #[cold]
+    fn finish_paused_copy(&self, state: &mut RecvState) {
+        let paused = |m: &Ready| m.resume.as_ref().is_some_and(|r| r.copy.is_some());
+        if !state.ready.front().is_some_and(paused) {
+            return;
+        }
+        let Some(Ready {
+            header,
+            mut data,
+            fds,
+            resume,
+        }) = state.ready.pop_front()
+        else {
+            return;
+        };
+        if let Ok((fds, _)) = self.finish(state, header, &mut data, fds, None, resume, Wait::Block)
+        {
+            state.ready.push_front(Ready {
+                header: Header::new(Body::Inline, data.len(), fds.len(), header.tag),
+                data,
+                fds,
+                resume: None,
+            });
+        }
     }
 
     /// A receiver on `fd` that first delivers `backlog` (see
@@ -842,6 +901,7 @@ impl OsReceiver {
                 header,
                 data: m.data,
                 fds: m.fds.into_iter().map(|d| d.0).collect(),
+                resume: None,
             });
         }
         state.refused.extend(backlog.refused);
@@ -910,7 +970,13 @@ impl OsReceiver {
         loop {
             if let Some(ready) = state.ready.pop_front() {
                 *dst = ready.data;
-                return self.finish(&mut state, ready.header, dst, ready.fds, split);
+                let Ready {
+                    header,
+                    fds,
+                    resume,
+                    ..
+                } = ready;
+                return self.finish(&mut state, header, dst, fds, split, resume, wait);
             }
             // Block in the kernel only when nothing waits for descriptors;
             // otherwise read without blocking (a descriptor packet normally
@@ -969,7 +1035,8 @@ impl OsReceiver {
                     // or in a region we hold (`Header::decode` wants a carrier
                     // for any other body).
                     if header.body == Body::Kept {
-                        return self.finish(&mut state, header, dst, Vec::new(), split);
+                        let fds = Vec::new();
+                        return self.finish(&mut state, header, dst, fds, split, None, wait);
                     }
                     debug_assert_eq!(header.body, Body::Inline);
                     self.guess.set(header.total as usize);
@@ -1031,51 +1098,123 @@ impl OsReceiver {
     }
 
     /// Completes a message whose descriptors are all here: fetches the part
-    /// of the payload carried elsewhere.
+    /// of the payload carried elsewhere, going on from `resume` if an earlier
+    /// receive began it.
+    ///
+    /// A receive that may not block (`wait` not `Block`) waits for a payload
+    /// still arriving until its own deadline, and at least [`FETCH_SLICE`];
+    /// then the message goes back to the head of the ready queue with what
+    /// came so far, and the receive is `Empty`.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         state: &mut RecvState,
         header: Header,
         dst: &mut Vec<u8>,
         mut fds: Vec<OwnedFd>,
-        split: Option<Split<'_>>,
+        mut split: Option<Split<'_>>,
+        resume: Option<Resume>,
+        wait: Wait,
     ) -> Result<(Vec<OwnedFd>, bool), RecvError> {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
+        let (deadline, mut paused, string) = match resume {
+            Some(r) => (Some(r.deadline), r.copy, r.string),
+            None => (None, None, None),
+        };
+        if let Some(copy) = &mut paused {
+            // Go on with the string's own buffer if this receive predicts
+            // the same string; else put the string back in its place.
+            match (string, split.as_mut()) {
+                (Some((layout, string)), Some(s)) if s.layout == layout => *s.string = string,
+                (Some((layout, string)), _) => {
+                    let at = layout.at.min(dst.len());
+                    dst.splice(at..at, string);
+                    copy.split = false;
+                }
+                (None, _) => {}
+            }
+            if !copy.split {
+                split = None;
+            }
+        }
+        let deadline =
+            || deadline.unwrap_or_else(|| Instant::now() + Config::global().fragment_timeout);
+        let pause = || match wait {
+            Wait::Block => None,
+            Wait::Poll => Some(Instant::now() + FETCH_SLICE),
+            Wait::Until(d) => Some(d.max(Instant::now() + FETCH_SLICE)),
+        };
         // Where a region's payload lies: `skew` bytes in, `total` long, and
         // for a streamed one, how long to wait for it.
         let alive = || self.senders_left();
-        let span = || Span {
+        let span = |deadline: Instant| Span {
             skew: usize::from(header.skew),
             total,
             stream: header.streamed.then(|| Stream {
-                deadline: Instant::now() + Config::global().fragment_timeout,
+                deadline,
+                pause: pause(),
                 alive: &alive,
             }),
         };
         let mut in_packet = total;
-        match header.body {
-            Body::Inline => {}
+        let progress = match header.body {
+            Body::Inline => None,
             Body::Fragmented => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
-                if dst.len() < total {
-                    recv_fragments(&carrier, dst, total)?;
+                let deadline = deadline();
+                if dst.len() < total && !recv_fragments(&carrier, dst, total, deadline, pause())? {
+                    fds.push(carrier);
+                    let resume = Resume {
+                        deadline,
+                        copy: None,
+                        string: None,
+                    };
+                    return Err(state.put_back(header, dst, fds, resume));
                 }
+                None
             }
-            Body::SharedMemory => {
-                let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
-                // Split only a message without channels (see `ipc::split`).
-                let split = split.filter(|_| fds.is_empty());
-                split_off = state
-                    .regions
-                    .copy_out(carrier, header.tag, span(), dst, split)?;
+            Body::SharedMemory | Body::Kept => {
                 in_packet = 0;
+                let deadline = deadline();
+                // Reborrowed: a paused copy takes the string back out.
+                let reborrow = split.as_mut().map(|s| Split {
+                    layout: s.layout,
+                    string: &mut *s.string,
+                });
+                let progress = match (paused, header.body) {
+                    (Some(copy), _) => state.regions.resume(copy, span(deadline), dst, reborrow),
+                    (None, Body::Kept) => {
+                        state
+                            .regions
+                            .copy_kept(header.tag, span(deadline), dst, reborrow)
+                    }
+                    (None, _) => {
+                        let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
+                        // Split only a message without channels (see `ipc::split`).
+                        let reborrow = reborrow.filter(|_| fds.is_empty());
+                        state
+                            .regions
+                            .copy_out(carrier, header.tag, span(deadline), dst, reborrow)
+                    }
+                };
+                Some((progress?, deadline))
             }
-            Body::Kept => {
-                split_off = state.regions.copy_kept(header.tag, span(), dst, split)?;
-                in_packet = 0;
+        };
+        match progress {
+            Some((Progress::Done(split), _)) => split_off = split,
+            Some((Progress::Paused(copy), deadline)) => {
+                let string =
+                    (split.filter(|_| copy.split)).map(|s| (s.layout, std::mem::take(s.string)));
+                let resume = Resume {
+                    deadline,
+                    copy: Some(copy),
+                    string,
+                };
+                return Err(state.put_back(header, dst, fds, resume));
             }
+            None => {}
         }
         debug_assert!((0..fds.len()).all(|i| header.kind(i) == FdKind::Channel));
         self.guess.set(total);
@@ -1430,7 +1569,12 @@ impl RecvState {
             }
             .into());
         }
-        self.ready.push_back(Ready { header, data, fds });
+        self.ready.push_back(Ready {
+            header,
+            data,
+            fds,
+            resume: None,
+        });
         Ok(())
     }
 
@@ -1442,6 +1586,26 @@ impl RecvState {
             }
             self.refused.push_back(header.tag);
         }
+    }
+
+    /// Puts a message whose payload is still arriving back at the head of
+    /// the ready queue, with what came so far, for the next receive to go on
+    /// with; the receive that put it back is `Empty`.
+    #[cold]
+    fn put_back(
+        &mut self,
+        header: Header,
+        dst: &mut Vec<u8>,
+        fds: Vec<OwnedFd>,
+        resume: Resume,
+    ) -> RecvError {
+        self.ready.push_front(Ready {
+            header,
+            data: std::mem::take(dst),
+            fds,
+            resume: Some(resume),
+        });
+        RecvError::Empty
     }
 
     /// Gives up the oldest waiting message.
@@ -1472,19 +1636,26 @@ impl RecvState {
 }
 
 /// Receives the rest of a fragmented message from its dedicated socket,
-/// straight into `dst`'s spare capacity, until `dst.len() == total`.
+/// straight into `dst`'s spare capacity, until `dst.len() == total`; `false`
+/// if `pause` came first (then `dst` holds what came, to go on with).
 ///
-/// The whole rest must arrive within the fragment timeout, measured by this
-/// receiver (`poll` with a deadline, `MSG_DONTWAIT` reads): a socket option
-/// such as `SO_RCVTIMEO` would not do, since the sender holds the same socket
-/// and could clear it.
-fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<(), RecvError> {
-    let deadline = Instant::now() + Config::global().fragment_timeout;
+/// The whole rest must arrive by `deadline` (the fragment timeout from the
+/// fetch's start), measured by this receiver (`poll` with a deadline,
+/// `MSG_DONTWAIT` reads): a socket option such as `SO_RCVTIMEO` would not
+/// do, since the sender holds the same socket and could clear it.
+fn recv_fragments(
+    carrier: &OwnedFd,
+    dst: &mut Vec<u8>,
+    total: usize,
+    deadline: Instant,
+    pause: Option<Instant>,
+) -> Result<bool, RecvError> {
     dst.try_reserve_exact(total - dst.len())
         .map_err(|_| WireError::TooLarge {
             claimed: total as u64,
             limit: dst.len() as u64,
         })?;
+    let until = pause.map_or(deadline, |p| p.min(deadline));
     while dst.len() < total {
         let want = total - dst.len();
         let packet = fill_spare(dst, |room| {
@@ -1499,7 +1670,8 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
         let packet = match packet {
             Ok(packet) => packet,
             Err(Errno::AGAIN) => {
-                match wait_readable(carrier.as_fd(), deadline) {
+                match wait_readable(carrier.as_fd(), until) {
+                    Err(RecvError::Empty) if until < deadline => return Ok(false),
                     Err(RecvError::Empty) => return Err(WireError::FragmentTimeout.into()),
                     other => other?,
                 }
@@ -1515,12 +1687,19 @@ fn recv_fragments(carrier: &OwnedFd, dst: &mut Vec<u8>, total: usize) -> Result<
         }
         // Checked on every packet, not only when the carrier runs dry: a
         // peer that keeps it full of one-byte packets must not stretch the
-        // message past the timeout (a clock read against a `recvmsg`).
-        if dst.len() < total && Instant::now() >= deadline {
-            return Err(WireError::FragmentTimeout.into());
+        // message past the timeout, nor a receive past its pause (a clock
+        // read against a `recvmsg`).
+        if dst.len() < total {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(WireError::FragmentTimeout.into());
+            }
+            if now >= until {
+                return Ok(false);
+            }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Waits until `fd` is readable (or hung up), or `deadline` passes.

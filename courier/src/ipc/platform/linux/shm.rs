@@ -84,9 +84,11 @@
 //! message's `skew + total` against the length it mapped itself, never the
 //! `mapped` word. The `filled` word of a streamed message only decides which
 //! of the sender's own bytes are copied when, and a stream that stops, or
-//! creeps, fails at the fragment timeout, counted from its header: a
-//! streaming sender can hold its receiver that long, as a fragmented one
-//! can (`try_recv` included), and no longer. A
+//! creeps, fails at the fragment timeout, counted from the first receive
+//! that reads it: a streaming sender can hold a blocking receive that
+//! long, as a fragmented one can, and no longer; a receive that may not
+//! block pauses the copy after a moment ([`Progress::Paused`]) and the next
+//! receive goes on with it. A
 //! sender that keeps writing into a region it sent can only corrupt the bytes
 //! of its own message, which the receiver copies out once and then validates
 //! like any other payload (the copy races with the peer's writes by design,
@@ -698,6 +700,69 @@ pub(crate) struct KeptRegion {
     pub fd: OwnedFd,
 }
 
+/// How a copy out of a region ended.
+#[derive(Debug)]
+pub(crate) enum Progress {
+    /// The payload is all copied: `true` if the predicted byte string went
+    /// to its own buffer.
+    Done(bool),
+    /// A streamed payload had not all arrived when the receive had to
+    /// return ([`Stream::pause`]): what came is copied, the region stays
+    /// mapped and busy, and [`MapCache::resume`] goes on.
+    Paused(PausedCopy),
+}
+
+/// A streamed copy put aside (see [`Progress::Paused`]).
+pub(crate) struct PausedCopy {
+    /// The message's tag: the cache entry the copy reads, unless `own`.
+    token: u64,
+    /// Payload bytes copied so far.
+    done: usize,
+    /// Whether the copy so far sent the predicted string to its own buffer.
+    pub split: bool,
+    /// The region's mapping, if the cache could not keep it.
+    own: Option<Mapping>,
+}
+
+impl std::fmt::Debug for PausedCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PausedCopy")
+            .field("done", &self.done)
+            .field("split", &self.split)
+            .field("cached", &self.own.is_none())
+            .finish()
+    }
+}
+
+/// Copies from payload byte `from` on out of a region the cache does not
+/// keep (`map`, the whole region or at least `REGION_HEADER + skew + total`
+/// bytes of it, checked by `copy_out`), and lets it go unless the copy
+/// pauses.
+fn copy_once(
+    map: Mapping,
+    token: u64,
+    span: Span<'_>,
+    from: usize,
+    dst: &mut Vec<u8>,
+    split: Option<Split<'_>>,
+) -> Result<Progress, WireError> {
+    // SAFETY: `copy_out` checked that `map` holds `REGION_HEADER + skew +
+    // total` bytes of a region sealed against shrinking, for this span (a
+    // resumed copy comes with the span it began with).
+    let copied = unsafe { copy_raw(&map, span, from, dst, split) };
+    if let Ok(Copied::Paused { done, split }) = copied {
+        return Ok(Progress::Paused(PausedCopy {
+            token,
+            done,
+            split,
+            own: Some(map),
+        }));
+    }
+    // SYNC POINT: sender's `Acquire` in `Region::claim`.
+    map.state().store(FREE, Ordering::Release);
+    copied.map(Copied::into_progress)
+}
+
 impl MapCache {
     /// Validates the region `fd`, which came with a message tagged `token`,
     /// and appends its `total` payload bytes, `skew` bytes into the payload
@@ -712,7 +777,7 @@ impl MapCache {
         span: Span<'_>,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
-    ) -> Result<bool, WireError> {
+    ) -> Result<Progress, WireError> {
         let extent = span.extent()?;
         // Seals first, then the size: a region sealed against shrinking can
         // no longer get shorter than what we map (a size read before the
@@ -742,7 +807,7 @@ impl MapCache {
                     entry.held = Counted::try_new(&HELD_FDS).map(|counted| (fd, counted));
                 }
                 self.entries.push(entry);
-                return self.copy_from_last(span, dst, split);
+                return self.copy_from_last(span, 0, dst, split);
             }
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
@@ -754,16 +819,8 @@ impl MapCache {
             // Let go of the least recently used region no message names.
             match self.entries.iter().position(Held::releasable) {
                 Some(i) => drop(self.entries.remove(i)),
-                None => {
-                    // All pinned: use this region once, and keep nothing.
-                    // SAFETY: `map` (the whole region, or `need` bytes) holds
-                    // `REGION_HEADER + skew + total` bytes (checked against
-                    // `size` above), of a region sealed against shrinking.
-                    let copied = unsafe { copy_raw(&map, span, dst, split) };
-                    // SYNC POINT: sender's `Acquire` in `Region::claim`.
-                    map.state().store(FREE, Ordering::Release);
-                    return copied;
-                }
+                // All pinned: use this region once, and keep nothing.
+                None => return copy_once(map, token, span, 0, dst, split),
             }
         }
         self.entries.push(Held {
@@ -773,7 +830,7 @@ impl MapCache {
             held: Counted::try_new(&HELD_FDS).map(|counted| (fd, counted)),
             map,
         });
-        self.copy_from_last(span, dst, split)
+        self.copy_from_last(span, 0, dst, split)
     }
 
     /// Appends the `total` payload bytes of the held region named `token`,
@@ -785,7 +842,7 @@ impl MapCache {
         span: Span<'_>,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
-    ) -> Result<bool, WireError> {
+    ) -> Result<Progress, WireError> {
         let extent = span.extent()?;
         let i = self
             .entries
@@ -799,7 +856,36 @@ impl MapCache {
         }
         let held = self.entries.remove(i);
         self.entries.push(held);
-        self.copy_from_last(span, dst, split)
+        self.copy_from_last(span, 0, dst, split)
+    }
+
+    /// Goes on with a copy that [paused](Progress::Paused): `span` must
+    /// describe the same payload as when it began (the same header), and
+    /// `split` be given exactly if the copy so far used one
+    /// ([`PausedCopy::split`]), with the string copied so far.
+    pub(crate) fn resume(
+        &mut self,
+        paused: PausedCopy,
+        span: Span<'_>,
+        dst: &mut Vec<u8>,
+        split: Option<Split<'_>>,
+    ) -> Result<Progress, WireError> {
+        let PausedCopy {
+            token, done, own, ..
+        } = paused;
+        if let Some(map) = own {
+            return copy_once(map, token, span, done, dst, split);
+        }
+        // Nothing else of this receiver's used the cache meanwhile (its
+        // receives finish this message first), so the entry is still mapped;
+        // checked all the same, as `copy_kept` checks a kept message.
+        let extent = span.extent()?;
+        let i = (self.entries.iter())
+            .position(|e| e.token == token && e.map.len.saturating_sub(REGION_HEADER) >= extent)
+            .ok_or(WireError::BadRegion)?;
+        let entry = self.entries.remove(i);
+        self.entries.push(entry);
+        self.copy_from_last(span, done, dst, split)
     }
 
     /// A kept message naming `token` was refused: the region is free again
@@ -811,14 +897,15 @@ impl MapCache {
     }
 
     /// Copies out of the most recently used entry, which maps at least
-    /// `REGION_HEADER + skew + total` bytes, and marks it held (or free, if
-    /// it is only mapped).
+    /// `REGION_HEADER + skew + total` bytes, from payload byte `from` on, and
+    /// marks it held (or free, if it is only mapped) unless the copy pauses.
     fn copy_from_last(
         &mut self,
         span: Span<'_>,
+        from: usize,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
-    ) -> Result<bool, WireError> {
+    ) -> Result<Progress, WireError> {
         let entry = self.entries.last_mut().ok_or(WireError::BadRegion)?;
         if entry.held.is_some() && HELD_FDS.load(Ordering::Relaxed) > MAX_KEPT_FDS {
             // Over the budget (regions that came with a moved receiver are
@@ -828,7 +915,16 @@ impl MapCache {
         let map = &entry.map;
         // SAFETY: every caller checked `REGION_HEADER + skew + total <=
         // map.len`, and a cached region is sealed against shrinking.
-        let copied = unsafe { copy_raw(map, span, dst, split) };
+        let copied = unsafe { copy_raw(map, span, from, dst, split) };
+        if let Ok(Copied::Paused { done, split }) = copied {
+            // The region stays busy: the message is still being read.
+            return Ok(Progress::Paused(PausedCopy {
+                token: entry.token,
+                done,
+                split,
+                own: None,
+            }));
+        }
         let state = match entry.held {
             Some(_) => {
                 map.mapped().store(map.len as u64, Ordering::Relaxed);
@@ -840,7 +936,7 @@ impl MapCache {
         // is done before the sender may overwrite the payload. (Also after a
         // failed copy: the region is no use to this message any more.)
         map.state().store(state, Ordering::Release);
-        copied
+        copied.map(Copied::into_progress)
     }
 
     /// Empties the cache for a receiver that moves to another process: the
@@ -936,19 +1032,23 @@ impl Span<'_> {
 pub(crate) struct Stream<'a> {
     /// When to give up on it.
     pub deadline: Instant,
+    /// When to stop waiting and put the copy aside
+    /// ([`Progress::Paused`]); `None`: wait until the deadline.
+    pub pause: Option<Instant>,
     /// Whether a sender is left that could write the rest.
     pub alive: &'a dyn Fn() -> bool,
 }
 
 impl Mapping {
     /// Waits until a streamed payload of `total` bytes is filled past
-    /// `done`, and returns how far (at most `total`).
+    /// `done`, and returns how far (at most `total`); `None` if the stream's
+    /// pause comes first.
     fn wait_filled(
         &self,
         done: usize,
         total: usize,
         stream: &Stream<'_>,
-    ) -> Result<usize, WireError> {
+    ) -> Result<Option<usize>, WireError> {
         let mut alive = true;
         let mut spin_until = None;
         loop {
@@ -964,7 +1064,7 @@ impl Mapping {
             let filled = self.filled().load(Ordering::Acquire);
             let filled = usize::try_from(filled).unwrap_or(usize::MAX).min(total);
             if filled > done {
-                return Ok(filled);
+                return Ok(Some(filled));
             }
             // Looked again after the last sender was seen gone (it may have
             // finished just before it went): nothing more will come.
@@ -983,11 +1083,17 @@ impl Mapping {
             if now >= stream.deadline {
                 return Err(WireError::FragmentTimeout);
             }
+            if stream.pause.is_some_and(|pause| now >= pause) {
+                return Ok(None);
+            }
             alive = (stream.alive)();
             if !alive {
                 continue;
             }
-            let nap = (stream.deadline - now).min(STREAM_POLL);
+            let until = stream
+                .pause
+                .map_or(stream.deadline, |p| p.min(stream.deadline));
+            let nap = (until - now).min(STREAM_POLL);
             let nap = rustix::fs::Timespec {
                 tv_sec: nap.as_secs() as i64,
                 tv_nsec: i64::from(nap.subsec_nanos()),
@@ -1000,9 +1106,30 @@ impl Mapping {
     }
 }
 
+/// How [`copy_raw`] ended.
+enum Copied {
+    /// All of it: `true` if the string went to its own buffer.
+    Done(bool),
+    /// The stream paused after `done` payload bytes (`split`: the string so
+    /// far went to its own buffer).
+    Paused { done: usize, split: bool },
+}
+
+impl Copied {
+    /// The progress of a copy that did not pause.
+    fn into_progress(self) -> Progress {
+        match self {
+            Copied::Done(split) => Progress::Done(split),
+            Copied::Paused { .. } => unreachable!("a paused copy is put aside first"),
+        }
+    }
+}
+
 /// Copies the payload of `map` that `span` describes to `dst` (with
 /// `split`, the predicted string to its own buffer; `true` if so), as it is
-/// written if it is streamed.
+/// written if it is streamed, from payload byte `from` on: a copy that
+/// paused goes on with the same `dst`, and `split` given exactly if it used
+/// one before (the string so far in its buffer).
 ///
 /// # Safety
 /// `map` must map at least `REGION_HEADER + span.skew + span.total` bytes of
@@ -1010,9 +1137,10 @@ impl Mapping {
 unsafe fn copy_raw(
     map: &Mapping,
     span: Span<'_>,
+    from: usize,
     dst: &mut Vec<u8>,
     split: Option<Split<'_>>,
-) -> Result<bool, WireError> {
+) -> Result<Copied, WireError> {
     let Span {
         skew,
         total,
@@ -1027,6 +1155,7 @@ unsafe fn copy_raw(
     let mut split = split.filter(fits);
     // Room for all of it first: a stream arrives in pieces.
     match &mut split {
+        _ if from > 0 => {}
         Some(s) => {
             s.string.clear();
             reserve(s.string, s.layout.len)?;
@@ -1034,17 +1163,23 @@ unsafe fn copy_raw(
         }
         None => reserve(dst, total)?,
     }
-    let mut done = 0;
+    let mut done = from;
     while done < total {
         let ready = match &stream {
-            Some(stream) => map.wait_filled(done, total, stream)?,
+            Some(stream) => match map.wait_filled(done, total, stream)? {
+                Some(ready) => ready,
+                None => {
+                    let split = split.is_some();
+                    return Ok(Copied::Paused { done, split });
+                }
+            },
             None => total,
         };
         // SAFETY: `done < ready <= total`: within the payload.
         unsafe { append_range(src, done..ready, dst, split.as_mut())? };
         done = ready;
     }
-    Ok(split.is_some())
+    Ok(Copied::Done(split.is_some()))
 }
 
 /// Makes room for `n` more bytes in `v`, exactly.
