@@ -547,6 +547,49 @@ fn a_receive_from_a_thread_locals_drop_goes_through() {
     assert_eq!(back_rx.recv().unwrap(), (sent, true));
 }
 
+/// A receiver that does not read holds its sender to
+/// `max_region_bytes_in_flight` of regions: past it, large messages go in
+/// fragments, whose send waits for the receiver (back-pressure). Every
+/// message then arrives, in order.
+#[test]
+fn a_receiver_that_does_not_read_bounds_its_senders_regions() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const LEN: usize = 3 << 20;
+    const MESSAGES: usize = 16;
+    let _check = fd_check();
+    with_config(
+        |c| c.max_region_bytes_in_flight = 16 << 20,
+        || {
+            let (tx, rx) = ipc::bytes_channel().unwrap();
+            let sent = std::sync::Arc::new(AtomicUsize::new(0));
+            let sender = std::thread::spawn({
+                let sent = sent.clone();
+                move || {
+                    for i in 0..MESSAGES {
+                        tx.send(&pattern(LEN, i as u8)).unwrap();
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            // Until the sender stops making progress (it blocks), or is done.
+            let started = Instant::now();
+            let mut seen = usize::MAX;
+            while sent.load(Ordering::Relaxed) != seen {
+                seen = sent.load(Ordering::Relaxed);
+                assert!(started.elapsed() < Duration::from_secs(20), "never settled");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            // Regions are 4 MiB (a power of two): four in flight fit 16 MiB,
+            // then one fragmented message fills the carrier and waits.
+            assert!(seen <= 5, "{seen} of {MESSAGES} sent with nothing read");
+            for i in 0..MESSAGES {
+                assert_eq!(rx.recv().unwrap(), pattern(LEN, i as u8), "message {i}");
+            }
+            sender.join().unwrap();
+        },
+    );
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

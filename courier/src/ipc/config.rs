@@ -8,7 +8,8 @@ use std::time::Duration;
 pub enum LargeMessages {
     /// Copied once into a pooled, sealed memfd region whose descriptor is
     /// sent: one copy in, one copy out, no fragment stream, and a sender that
-    /// never waits for the receiver to read (the default).
+    /// does not wait for the receiver to read, up to
+    /// [`Config::max_region_bytes_in_flight`] (the default).
     #[default]
     SharedMemory,
     /// Fragmented over a socket dedicated to the message, as ipc-channel
@@ -52,6 +53,19 @@ pub struct Config {
     /// never completes it delays a set's other channels by about that
     /// millisecond per select, not by this timeout.
     pub fragment_timeout: Duration,
+    /// How many bytes of shared-memory regions a sender may have in flight
+    /// to one receiver (sent, and not yet copied out by it) before its large
+    /// messages go in fragments instead (default 256 MiB). A region message
+    /// never waits for its receiver, so without a bound a receiver that
+    /// stops reading (stuck, or hostile) would let its sender create a region
+    /// for every message the socket buffer has room for, each as large as
+    /// the message: gigabytes, charged to the sender. A fragmented send
+    /// waits for the receiver to read, as a socket does: back-pressure. (So
+    /// a thread that sends more than this to itself before it receives
+    /// blocks for good, as it would with ipc-channel far sooner.) A single
+    /// message larger than the bound still goes by region when nothing else
+    /// is in flight.
+    pub max_region_bytes_in_flight: u64,
 }
 
 impl Default for Config {
@@ -60,6 +74,7 @@ impl Default for Config {
             max_message_size: 1 << 30,
             large_messages: LargeMessages::SharedMemory,
             fragment_timeout: Duration::from_secs(30),
+            max_region_bytes_in_flight: 256 << 20,
         }
     }
 }
@@ -67,6 +82,7 @@ impl Default for Config {
 static MAX_MESSAGE_SIZE: AtomicU64 = AtomicU64::new(1 << 30);
 static LARGE_MESSAGES: AtomicU8 = AtomicU8::new(0);
 static FRAGMENT_TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
+static REGION_BYTES_IN_FLIGHT: AtomicU64 = AtomicU64::new(256 << 20);
 
 // Relaxed everywhere below: each setting is an independent value, read at
 // the start of an operation; no other memory is published through them.
@@ -78,6 +94,7 @@ impl Config {
             max_message_size: MAX_MESSAGE_SIZE.load(Ordering::Relaxed),
             large_messages: Self::large_messages_now(),
             fragment_timeout: Duration::from_millis(FRAGMENT_TIMEOUT_MS.load(Ordering::Relaxed)),
+            max_region_bytes_in_flight: REGION_BYTES_IN_FLIGHT.load(Ordering::Relaxed),
         }
     }
 
@@ -89,6 +106,12 @@ impl Config {
             .unwrap_or(u64::MAX)
             .max(1);
         FRAGMENT_TIMEOUT_MS.store(ms, Ordering::Relaxed);
+        REGION_BYTES_IN_FLIGHT.store(config.max_region_bytes_in_flight, Ordering::Relaxed);
+    }
+
+    /// [`Config::max_region_bytes_in_flight`] in force.
+    pub(crate) fn max_region_bytes_in_flight_now() -> u64 {
+        REGION_BYTES_IN_FLIGHT.load(Ordering::Relaxed)
     }
 
     /// [`Config::max_message_size`] in force (one load, for the receive path).

@@ -21,7 +21,10 @@
 //!   region ([`Body::Kept`]): no descriptor, and no kernel copy of the
 //!   payload. From [`SMALL`] bytes up to one packet, a message goes that way
 //!   too when a held region is free (two `memcpy`s beat the kernel's copy
-//!   through the socket buffer there), and by socket otherwise.
+//!   through the socket buffer there), and by socket otherwise. A sender
+//!   whose regions in flight (sent, not yet copied out) reach
+//!   [`Config::max_region_bytes_in_flight`] fragments its large messages
+//!   instead, which waits for the receiver: back-pressure.
 //! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
 //!   failed first try: the first packet carries the header (announcing the
 //!   total) and the first part; the rest follows over a socketpair created

@@ -113,6 +113,7 @@ use rustix::io::Errno;
 use rustix::mm::{self, MapFlags, ProtFlags};
 use rustix::thread::futex;
 
+use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
 use crate::ipc::wire::SKEW_ALIGN;
 
@@ -514,7 +515,37 @@ pub(crate) struct Pool {
 #[derive(Default)]
 struct Regions {
     list: Vec<Region>,
+    /// Regions the pool let go of while their message was in flight,
+    /// watched until the receiver is done with them.
+    sent: Vec<Sent>,
     forks: u64,
+}
+
+/// A region let go of by its pool (the pool keeps [`POOL_REGIONS`]) while
+/// its message may be unread: its first page, mapped to watch the state
+/// word, and the region's length. The mapping keeps the region's memory
+/// alive, as the receiver's copy of the descriptor in flight does anyway,
+/// and is dropped once the receiver has copied the message out (its `BUSY`
+/// bit clear).
+struct Sent {
+    first_page: Mapping,
+    len: usize,
+}
+
+impl Regions {
+    /// Bytes of regions whose message the receiver has not copied out yet
+    /// (forgetting, first, the regions it is done with).
+    fn in_flight(&mut self) -> usize {
+        // A relaxed load: nothing is read through the region on its account.
+        let busy = |map: &Mapping| map.state().load(Ordering::Relaxed) & BUSY != 0;
+        self.sent.retain(|s| busy(&s.first_page));
+        let sent: usize = self.sent.iter().map(|s| s.len).sum();
+        let pooled: usize = (self.list.iter())
+            .filter(|r| busy(&r.map))
+            .map(|r| r.map.len)
+            .sum();
+        sent + pooled
+    }
 }
 
 impl Pool {
@@ -524,6 +555,7 @@ impl Pool {
         let forks = super::forks();
         if regions.forks != forks {
             regions.list.clear();
+            regions.sent.clear();
             regions.forks = forks;
         }
         regions
@@ -598,6 +630,16 @@ impl Pool {
                     return Ok(None);
                 }
             }
+            if claimed.is_none() && take == Take::Any {
+                // Back-pressure (see `Config::max_region_bytes_in_flight`):
+                // past the bound, the message goes in fragments.
+                let bound = Config::max_region_bytes_in_flight_now();
+                let in_flight = guard.in_flight() as u64;
+                if in_flight > 0 && in_flight.saturating_add(extent as u64) > bound {
+                    return Ok(None);
+                }
+            }
+            let regions = &mut guard.list;
             match claimed {
                 Some((i, route)) => Ok((regions.swap_remove(i), route)),
                 None => Err(counted),
@@ -636,11 +678,19 @@ impl Pool {
     /// hold it; its mapping keeps the memory alive until it is done).
     pub(crate) fn put(&self, region: Region) {
         let mut guard = self.lock();
-        let regions = &mut guard.list;
-        if regions.len() >= POOL_REGIONS {
-            regions.remove(0);
+        if guard.list.len() >= POOL_REGIONS {
+            let old = guard.list.remove(0);
+            if old.map.state().load(Ordering::Relaxed) & BUSY != 0 {
+                // Counted until the receiver is done with it. (A page that
+                // cannot be mapped leaves it uncounted: the bound is a
+                // safeguard, not an account.)
+                if let Ok(first_page) = Mapping::map(old.fd.as_fd(), PAGE) {
+                    let len = old.map.len;
+                    guard.sent.push(Sent { first_page, len });
+                }
+            }
         }
-        regions.push(region);
+        guard.list.push(region);
     }
 }
 
