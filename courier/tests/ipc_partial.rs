@@ -225,11 +225,14 @@ fn a_typed_receive_that_may_not_block_goes_on_where_it_stopped() {
     fill(&region, &body, 0, body.len());
     assert_eq!(rx.recv().unwrap(), first);
 
+    // The receiver now holds the region: the second message names it by
+    // the first one's tag, without a descriptor (a kept message).
     let second = pattern(len, 2);
     let body = encoded(&second);
-    // The region is free again once the first message was copied out.
     pwrite(&region, &0u64.to_le_bytes(), FILLED).unwrap();
-    begin_streamed(&raw, &region, body.len(), 93);
+    let mut kept = header(3, 0, body.len() as u64, 0, 92);
+    kept[7] = 1;
+    raw_send(&raw, &kept, &[]);
     fill(&region, &body, 0, 1000);
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     fill(&region, &body, 1000, len / 2);
@@ -287,6 +290,26 @@ fn a_receiver_moved_mid_copy_takes_the_message_whole() {
     assert!(matches!(moved.recv(), Err(IpcError::Disconnected)));
 }
 
+/// Sets the fragment timeout until dropped.
+struct FragmentTimeout(ipc::Config);
+
+impl FragmentTimeout {
+    fn set(timeout: Duration) -> FragmentTimeout {
+        let saved = ipc::Config::global();
+        ipc::Config::set_global(ipc::Config {
+            fragment_timeout: timeout,
+            ..saved
+        });
+        FragmentTimeout(saved)
+    }
+}
+
+impl Drop for FragmentTimeout {
+    fn drop(&mut self) {
+        ipc::Config::set_global(self.0);
+    }
+}
+
 /// A fragmented message whose rest never comes fails at the fragment
 /// timeout, as before, when later receives go on with it; its carrier is
 /// closed and the channel stays usable.
@@ -295,10 +318,7 @@ fn a_message_put_aside_still_fails_at_the_fragment_timeout() {
     let _check = fd_check();
     let (raw, end) = seqpacket_pair();
     let rx = IpcReceiver::<Vec<u8>>::from(end);
-    let saved = ipc::Config::global();
-    let mut config = saved;
-    config.fragment_timeout = Duration::from_millis(300);
-    ipc::Config::set_global(config);
+    let timeout = FragmentTimeout::set(Duration::from_millis(300));
     let body = encoded(&pattern(100_000, 7));
     let feed = begin_fragmented(&raw, &body, 10, 96);
     let started = Instant::now();
@@ -308,7 +328,7 @@ fn a_message_put_aside_still_fails_at_the_fragment_timeout() {
             other => break other,
         }
     };
-    ipc::Config::set_global(saved);
+    drop(timeout);
     assert!(
         matches!(failed, Err(TryRecvError::IpcError(IpcError::Io(_)))),
         "{failed:?}"
@@ -320,4 +340,72 @@ fn a_message_put_aside_still_fails_at_the_fragment_timeout() {
     small.extend_from_slice(&encoded(&next));
     raw_send(&raw, &small, &[]);
     assert_eq!(rx.recv().unwrap(), next);
+}
+
+/// The fragment timeout counts the time receives wait for the rest, not the
+/// time the application takes to come back: a message put aside, then
+/// written whole, is received whole long after the timeout's length has
+/// passed, for a region as for fragments.
+#[test]
+fn a_message_that_came_whole_meanwhile_is_not_timed_out() {
+    let _check = fd_check();
+    let _timeout = FragmentTimeout::set(Duration::from_millis(200));
+    let (raw, end) = seqpacket_pair();
+    let rx = IpcReceiver::<Vec<u8>>::from(end);
+
+    let streamed = pattern(2 << 20, 9);
+    let body = encoded(&streamed);
+    let region = region(body.len());
+    begin_streamed(&raw, &region, body.len(), 98);
+    fill(&region, &body, 0, 5000);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    fill(&region, &body, 5000, body.len());
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(rx.try_recv().unwrap(), streamed);
+
+    let fragmented = pattern(100_000, 10);
+    let body = encoded(&fragmented);
+    let feed = begin_fragmented(&raw, &body, 10, 99);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    finish_fragmented(feed, body[10..].to_vec()).join().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(rx.try_recv().unwrap(), fragmented);
+}
+
+/// A peer that keeps writing a streamed payload a few bytes at a time does
+/// not hold a receive that may not block either: `try_recv` returns within
+/// its slice each time, though bytes keep coming.
+#[test]
+fn a_stream_that_creeps_does_not_hold_a_try_recv() {
+    let _check = fd_check();
+    let (raw, end) = seqpacket_pair();
+    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let body = encoded(&pattern(1 << 20, 11));
+    let region = region(body.len());
+    begin_streamed(&raw, &region, body.len(), 100);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creeper = std::thread::spawn({
+        let (region, stop, body) = (region.try_clone().unwrap(), stop.clone(), body.clone());
+        move || {
+            let mut filled = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && filled + 8 < body.len() {
+                fill(&region, &body, filled, filled + 8);
+                filled += 8;
+                // Busy, not asleep: a sleep here can overshoot the
+                // receiver's 200 µs spin, which would let it pause anyway.
+                let wrote = Instant::now();
+                while wrote.elapsed() < Duration::from_micros(20) {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    });
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        assert!(started.elapsed() < PROMPTLY, "held by a creeping stream");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    creeper.join().unwrap();
+    drop(raw);
 }

@@ -601,7 +601,8 @@ where
     }
 
     /// As [`accept`](Self::accept), but gives up after `timeout` (connection
-    /// and first message together) with an [`io::ErrorKind::TimedOut`] error,
+    /// and first message together, all of it however large) with an
+    /// [`io::ErrorKind::TimedOut`] error,
     /// so that a child that died before connecting cannot hang the server.
     pub fn accept_timeout(self, timeout: Duration) -> Result<(IpcReceiver<T>, T), IpcError> {
         self.accept_until(deadline(timeout))

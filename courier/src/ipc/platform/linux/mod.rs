@@ -586,15 +586,57 @@ struct Ready {
     resume: Option<Resume>,
 }
 
+impl Ready {
+    /// This message as it travels with its receiver to another process. One
+    /// whose fetch a receive put aside goes as it was before the fetch
+    /// began, less what the fetch consumed: fragments with the bytes so far
+    /// (the carrier goes along), a region message without them (its region
+    /// goes along, by the descriptor kept for this or as a region the
+    /// receiver holds, and is copied again).
+    fn park(self) -> Option<Parked> {
+        let Ready {
+            header,
+            data,
+            mut fds,
+            resume,
+        } = self;
+        let Some(resume) = resume else {
+            return Some(Parked::new(header, data, fds));
+        };
+        match header.body {
+            Body::Inline | Body::Fragmented => Some(Parked::new(header, data, fds)),
+            Body::Kept => Some(Parked::new(header, Vec::new(), fds)),
+            Body::SharedMemory => {
+                fds.push(resume.region?);
+                Some(Parked::new(header, Vec::new(), fds))
+            }
+        }
+    }
+}
+
 /// How far the fetch of a message's payload got before its receive had to
 /// return: a carrier's fragments (the carrier is back among the message's
 /// descriptors, the bytes so far in its data) or a streamed region's copy.
 #[derive(Debug)]
 struct Resume {
-    /// The fragment timeout, counted from the fetch's start.
-    deadline: Instant,
+    /// What is left of the fragment timeout. It runs only while receives
+    /// wait for the rest: a message that came whole while the application
+    /// was away is not failed for the time it took to come back, and a peer
+    /// that stops or creeps still uses it up, in a set's reads as in a
+    /// blocking receive.
+    budget: Duration,
+    /// When the receive that put it aside returned.
+    paused_at: Instant,
+    /// Whether that receive got no byte of it: a set then reads it again
+    /// only after a slice (`OsReceiver::due`), and without spinning first.
+    stalled: bool,
     /// The region's copy, for a payload in shared memory.
     copy: Option<PausedCopy>,
+    /// A duplicate of the region's descriptor, for a region message that
+    /// brought one: if the receiver moves to another process, the message
+    /// goes along and is copied there from the start (the copy so far reads
+    /// a mapping of this process).
+    region: Option<OwnedFd>,
     /// The byte string copied so far to a buffer of its own, and where it
     /// sits in the payload (`PausedCopy::split`).
     string: Option<(Layout, Vec<u8>)>,
@@ -788,8 +830,12 @@ impl OsReceiver {
     /// receiver set, which otherwise waits for its sockets alone.
     pub(crate) fn due(&self) -> Option<Instant> {
         let state = self.state.borrow();
-        if !state.ready.is_empty() {
-            return Some(Instant::now());
+        if let Some(first) = state.ready.front() {
+            return Some(match &first.resume {
+                // A message whose rest is late: not before a slice has passed.
+                Some(r) if r.stalled => r.paused_at + FETCH_SLICE,
+                _ => Instant::now(),
+            });
         }
         state
             .waiting
@@ -802,7 +848,6 @@ impl OsReceiver {
     /// them along with this receiver; `None` in the usual case of none.
     pub(crate) fn take_backlog(&self) -> Option<Backlog> {
         let mut state = self.state.borrow_mut();
-        self.finish_paused_copy(&mut state);
         let regions = state.regions.take_kept();
         if state.waiting.is_empty()
             && state.ready.is_empty()
@@ -818,11 +863,7 @@ impl OsReceiver {
                 .into_iter()
                 .map(|m| Parked::new(m.header, m.data, Vec::new()))
                 .collect(),
-            ready: state
-                .ready
-                .drain(..)
-                .map(|m| Parked::new(m.header, m.data, m.fds))
-                .collect(),
+            ready: state.ready.drain(..).filter_map(Ready::park).collect(),
             refused: state.refused.drain(..).collect(),
             regions: regions
                 .into_iter()
@@ -833,38 +874,6 @@ impl OsReceiver {
                 })
                 .collect(),
         })
-    }
-
-    /// Finishes the region copy a receive put aside, if any (blocking, up
-    /// to its fragment timeout): it reads a mapping of this process, which
-    /// does not travel with the receiver. The message goes back to the head
-    /// of the queue complete, its payload inline; one that fails is dropped,
-    /// as its receive would have reported and dropped it. (Fragments put
-    /// aside travel as they are: their carrier goes along.)
-    #[cold]
-    fn finish_paused_copy(&self, state: &mut RecvState) {
-        let paused = |m: &Ready| m.resume.as_ref().is_some_and(|r| r.copy.is_some());
-        if !state.ready.front().is_some_and(paused) {
-            return;
-        }
-        let Some(Ready {
-            header,
-            mut data,
-            fds,
-            resume,
-        }) = state.ready.pop_front()
-        else {
-            return;
-        };
-        if let Ok((fds, _)) = self.finish(state, header, &mut data, fds, None, resume, Wait::Block)
-        {
-            state.ready.push_front(Ready {
-                header: Header::new(Body::Inline, data.len(), fds.len(), header.tag),
-                data,
-                fds,
-                resume: None,
-            });
-        }
     }
 
     /// A receiver on `fd` that first delivers `backlog` (see
@@ -1122,9 +1131,15 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
-        let (deadline, mut paused, string) = match resume {
-            Some(r) => (Some(r.deadline), r.copy, r.string),
-            None => (None, None, None),
+        let (deadline, mut paused, mut region, string, stalled) = match resume {
+            Some(r) => (
+                Some(Instant::now() + r.budget),
+                r.copy,
+                r.region,
+                r.string,
+                r.stalled,
+            ),
+            None => (None, None, None, None, false),
         };
         if let Some(copy) = &mut paused {
             // Go on with the string's own buffer if this receive predicts
@@ -1144,7 +1159,15 @@ impl OsReceiver {
         }
         let deadline =
             || deadline.unwrap_or_else(|| Instant::now() + Config::global().fragment_timeout);
+        // A region message sent by descriptor is put aside only with a
+        // duplicate of it (see `Resume::region`).
+        let mut may_pause = !matches!(wait, Wait::Block);
+        if may_pause && header.streamed && header.body == Body::SharedMemory && paused.is_none() {
+            region = fds.last().and_then(|carrier| carrier.try_clone().ok());
+            may_pause = region.is_some();
+        }
         let pause = || match wait {
+            _ if !may_pause => None,
             Wait::Block => None,
             Wait::Poll => Some(Instant::now() + FETCH_SLICE),
             Wait::Until(d) => Some(d.max(Instant::now() + FETCH_SLICE)),
@@ -1158,6 +1181,7 @@ impl OsReceiver {
             stream: header.streamed.then(|| Stream {
                 deadline,
                 pause: pause(),
+                spin: !stalled,
                 alive: &alive,
             }),
         };
@@ -1167,11 +1191,16 @@ impl OsReceiver {
             Body::Fragmented => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 let deadline = deadline();
+                let before = dst.len();
                 if dst.len() < total && !recv_fragments(&carrier, dst, total, deadline, pause())? {
                     fds.push(carrier);
+                    let now = Instant::now();
                     let resume = Resume {
-                        deadline,
+                        budget: deadline.saturating_duration_since(now),
+                        paused_at: now,
+                        stalled: dst.len() == before,
                         copy: None,
+                        region: None,
                         string: None,
                     };
                     return Err(state.put_back(header, dst, fds, resume));
@@ -1210,9 +1239,13 @@ impl OsReceiver {
             Some((Progress::Paused(copy), deadline)) => {
                 let string =
                     (split.filter(|_| copy.split)).map(|s| (s.layout, std::mem::take(s.string)));
+                let now = Instant::now();
                 let resume = Resume {
-                    deadline,
+                    budget: deadline.saturating_duration_since(now),
+                    paused_at: now,
+                    stalled: !copy.progressed,
                     copy: Some(copy),
+                    region,
                     string,
                 };
                 return Err(state.put_back(header, dst, fds, resume));

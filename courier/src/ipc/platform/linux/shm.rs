@@ -764,10 +764,14 @@ pub(crate) enum Progress {
 
 /// A streamed copy put aside (see [`Progress::Paused`]).
 pub(crate) struct PausedCopy {
-    /// The message's tag: the cache entry the copy reads, unless `own`.
+    /// The region (`st_dev`, `st_ino`) and the message's tag: the cache
+    /// entry the copy reads, unless `own`.
+    key: (u64, u64),
     token: u64,
     /// Payload bytes copied so far.
     done: usize,
+    /// Whether the receive that paused it copied anything.
+    pub progressed: bool,
     /// Whether the copy so far sent the predicted string to its own buffer.
     pub split: bool,
     /// The region's mapping, if the cache could not keep it.
@@ -790,7 +794,7 @@ impl std::fmt::Debug for PausedCopy {
 /// pauses.
 fn copy_once(
     map: Mapping,
-    token: u64,
+    (key, token): ((u64, u64), u64),
     span: Span<'_>,
     from: usize,
     dst: &mut Vec<u8>,
@@ -802,8 +806,10 @@ fn copy_once(
     let copied = unsafe { copy_raw(&map, span, from, dst, split) };
     if let Ok(Copied::Paused { done, split }) = copied {
         return Ok(Progress::Paused(PausedCopy {
+            key,
             token,
             done,
+            progressed: done > from,
             split,
             own: Some(map),
         }));
@@ -870,7 +876,7 @@ impl MapCache {
             match self.entries.iter().position(Held::releasable) {
                 Some(i) => drop(self.entries.remove(i)),
                 // All pinned: use this region once, and keep nothing.
-                None => return copy_once(map, token, span, 0, dst, split),
+                None => return copy_once(map, (key, token), span, 0, dst, split),
             }
         }
         self.entries.push(Held {
@@ -921,17 +927,25 @@ impl MapCache {
         split: Option<Split<'_>>,
     ) -> Result<Progress, WireError> {
         let PausedCopy {
-            token, done, own, ..
+            key,
+            token,
+            done,
+            own,
+            ..
         } = paused;
         if let Some(map) = own {
-            return copy_once(map, token, span, done, dst, split);
+            return copy_once(map, (key, token), span, done, dst, split);
         }
         // Nothing else of this receiver's used the cache meanwhile (its
         // receives finish this message first), so the entry is still mapped;
         // checked all the same, as `copy_kept` checks a kept message.
         let extent = span.extent()?;
         let i = (self.entries.iter())
-            .position(|e| e.token == token && e.map.len.saturating_sub(REGION_HEADER) >= extent)
+            .position(|e| {
+                e.key == key
+                    && e.token == token
+                    && e.map.len.saturating_sub(REGION_HEADER) >= extent
+            })
             .ok_or(WireError::BadRegion)?;
         let entry = self.entries.remove(i);
         self.entries.push(entry);
@@ -969,8 +983,10 @@ impl MapCache {
         if let Ok(Copied::Paused { done, split }) = copied {
             // The region stays busy: the message is still being read.
             return Ok(Progress::Paused(PausedCopy {
+                key: entry.key,
                 token: entry.token,
                 done,
+                progressed: done > from,
                 split,
                 own: None,
             }));
@@ -1083,8 +1099,13 @@ pub(crate) struct Stream<'a> {
     /// When to give up on it.
     pub deadline: Instant,
     /// When to stop waiting and put the copy aside
-    /// ([`Progress::Paused`]); `None`: wait until the deadline.
+    /// ([`Progress::Paused`]); `None`: wait until the deadline. Looked at
+    /// before every wait, so a peer that keeps writing a little cannot keep
+    /// the receive past it either.
     pub pause: Option<Instant>,
+    /// Whether to spin before sleeping (not for a copy that stalled last
+    /// time: its sender is not writing).
+    pub spin: bool,
     /// Whether a sender is left that could write the rest.
     pub alive: &'a dyn Fn() -> bool,
 }
@@ -1104,8 +1125,12 @@ impl Mapping {
         loop {
             // First, whatever the progress: a peer that creeps (a byte at a
             // time, just often enough) must not outlast the deadline.
-            if Instant::now() >= stream.deadline {
+            let now = Instant::now();
+            if now >= stream.deadline {
                 return Err(WireError::FragmentTimeout);
+            }
+            if stream.pause.is_some_and(|pause| now >= pause) {
+                return Ok(None);
             }
             let seq = self.seq().load(Ordering::Acquire);
             // SYNC POINT: the sender's `Release` in `Region::publish`: the
@@ -1122,7 +1147,7 @@ impl Mapping {
                 return Err(WireError::Truncated);
             }
             let now = Instant::now();
-            let until = *spin_until.get_or_insert_with(|| match smp() {
+            let until = *spin_until.get_or_insert_with(|| match stream.spin && smp() {
                 true => now + STREAM_SPIN,
                 false => now,
             });
