@@ -590,6 +590,39 @@ fn a_receiver_that_does_not_read_bounds_its_senders_regions() {
     );
 }
 
+/// The in-flight bound counts the bytes of messages, not the sizes of
+/// their regions (rounded up to a power of two, and reused for smaller
+/// messages): a thread that sends a 9 MiB message (a 16 MiB region) and
+/// then a 300 KB one, with a 16 MiB bound and nothing read yet, sends both
+/// by region rather than blocking on a fragmented send nobody reads.
+#[test]
+fn the_in_flight_bound_counts_message_bytes() {
+    let _check = fd_check();
+    with_config(
+        |c| c.max_region_bytes_in_flight = 16 << 20,
+        || {
+            let (tx, rx) = ipc::bytes_channel().unwrap();
+            let (big, small) = (pattern(9 << 20, 1), pattern(300_000, 2));
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let sender = std::thread::spawn({
+                let (big, small) = (big.clone(), small.clone());
+                move || {
+                    tx.send(&big).unwrap();
+                    tx.send(&small).unwrap();
+                    done_tx.send(()).unwrap();
+                }
+            });
+            // (On failure the sender stays blocked until the receiver
+            // below is dropped, which ends its send with an error.)
+            let sent = done_rx.recv_timeout(Duration::from_secs(20));
+            assert!(sent.is_ok(), "the second send blocked");
+            assert_eq!(rx.recv().unwrap(), big);
+            assert_eq!(rx.recv().unwrap(), small);
+            sender.join().unwrap();
+        },
+    );
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

@@ -456,8 +456,20 @@ impl OsSender {
                     .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
         };
-        if streamed && sent.is_ok() {
-            region.fill(parts, skew, total, true);
+        match &sent {
+            Ok(()) if streamed => region.fill(parts, skew, total, true),
+            Ok(()) => {}
+            Err(e) => {
+                // The descriptor never reached the receiver, or the kept
+                // message was unclaimed above: the region is not in flight.
+                if route == Route::Descriptor || !channels.is_empty() {
+                    region.abandon(Route::Descriptor);
+                }
+                if matches!(*e, Errno::PIPE | Errno::CONNRESET) {
+                    // The receiver is gone: nothing in flight will be read.
+                    pool.forget_sent();
+                }
+            }
         }
         pool.put(region);
         Some(sent.map_err(SendError::from))
@@ -607,7 +619,7 @@ impl Ready {
             Body::Inline | Body::Fragmented => Some(Parked::new(header, data, fds)),
             Body::Kept => Some(Parked::new(header, Vec::new(), fds)),
             Body::SharedMemory => {
-                fds.push(resume.region?);
+                fds.push(resume.copy?.fd?);
                 Some(Parked::new(header, Vec::new(), fds))
             }
         }
@@ -630,13 +642,13 @@ struct Resume {
     /// Whether that receive got no byte of it: a set then reads it again
     /// only after a slice (`OsReceiver::due`), and without spinning first.
     stalled: bool,
-    /// The region's copy, for a payload in shared memory.
+    /// The region's copy, for a payload in shared memory. If the receiver
+    /// moves to another process, the message goes along and is copied there
+    /// from the start (the copy so far reads a mapping of this process): a
+    /// message that brought the region's descriptor takes it along
+    /// (`PausedCopy::fd`), a kept message finds its region among the held
+    /// ones that move with the receiver.
     copy: Option<PausedCopy>,
-    /// A duplicate of the region's descriptor, for a region message that
-    /// brought one: if the receiver moves to another process, the message
-    /// goes along and is copied there from the start (the copy so far reads
-    /// a mapping of this process).
-    region: Option<OwnedFd>,
     /// The byte string copied so far to a buffer of its own, and where it
     /// sits in the payload (`PausedCopy::split`).
     string: Option<(Layout, Vec<u8>)>,
@@ -1131,15 +1143,9 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
-        let (deadline, mut paused, mut region, string, stalled) = match resume {
-            Some(r) => (
-                Some(Instant::now() + r.budget),
-                r.copy,
-                r.region,
-                r.string,
-                r.stalled,
-            ),
-            None => (None, None, None, None, false),
+        let (deadline, mut paused, string, stalled) = match resume {
+            Some(r) => (Some(Instant::now() + r.budget), r.copy, r.string, r.stalled),
+            None => (None, None, None, false),
         };
         if let Some(copy) = &mut paused {
             // Go on with the string's own buffer if this receive predicts
@@ -1159,15 +1165,7 @@ impl OsReceiver {
         }
         let deadline =
             || deadline.unwrap_or_else(|| Instant::now() + Config::global().fragment_timeout);
-        // A region message sent by descriptor is put aside only with a
-        // duplicate of it (see `Resume::region`).
-        let mut may_pause = !matches!(wait, Wait::Block);
-        if may_pause && header.streamed && header.body == Body::SharedMemory && paused.is_none() {
-            region = fds.last().and_then(|carrier| carrier.try_clone().ok());
-            may_pause = region.is_some();
-        }
         let pause = || match wait {
-            _ if !may_pause => None,
             Wait::Block => None,
             Wait::Poll => Some(Instant::now() + FETCH_SLICE),
             Wait::Until(d) => Some(d.max(Instant::now() + FETCH_SLICE)),
@@ -1200,7 +1198,6 @@ impl OsReceiver {
                         paused_at: now,
                         stalled: dst.len() == before,
                         copy: None,
-                        region: None,
                         string: None,
                     };
                     return Err(state.put_back(header, dst, fds, resume));
@@ -1245,7 +1242,6 @@ impl OsReceiver {
                     paused_at: now,
                     stalled: !copy.progressed,
                     copy: Some(copy),
-                    region,
                     string,
                 };
                 return Err(state.put_back(header, dst, fds, resume));

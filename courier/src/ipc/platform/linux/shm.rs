@@ -71,7 +71,8 @@
 //! is read. A region passed by descriptor is `BUSY` without `HELD`: its
 //! message brings the descriptor, so the receiver may unmap it meanwhile,
 //! and a message of that kind that is never read (refused, given up) pins
-//! nothing. A receiver that moves to another process takes the regions it
+//! nothing in the receiver (its sender counts it in flight, and keeps its
+//! memory, until the channel fails: see `Sent`). A receiver that moves to another process takes the regions it
 //! cannot let go of along, descriptors and all (`take_kept`). Held regions
 //! and regions made for medium messages each keep a descriptor open, so a
 //! process keeps at most [`MAX_KEPT_FDS`] of each; past that it falls back
@@ -315,6 +316,10 @@ pub(crate) struct Region {
     _counted: Option<Counted>,
     /// Bytes of the file, from its start, whose pages are allocated.
     backed: usize,
+    /// How far into the payload area the message in it reaches, since the
+    /// pool handed it out: the bytes counted in flight
+    /// ([`Config::max_region_bytes_in_flight`]).
+    extent: usize,
 }
 
 /// How a filled region reaches the receiver.
@@ -349,6 +354,7 @@ impl Region {
             token: 0,
             _counted: None,
             backed,
+            extent: payload,
         })
     }
 
@@ -363,8 +369,9 @@ impl Region {
         Ok(())
     }
 
-    /// Gives up a claim made for a payload that cannot be written after all.
-    fn abandon(&self, route: Route) {
+    /// Gives up a claim made for a payload that cannot be written after all,
+    /// or whose message could not be sent.
+    pub(crate) fn abandon(&self, route: Route) {
         match route {
             Route::Kept(_) => self.unclaim(),
             // Maybe held before: `FREE` makes the next message send the
@@ -523,26 +530,34 @@ struct Regions {
 
 /// A region let go of by its pool (the pool keeps [`POOL_REGIONS`]) while
 /// its message may be unread: its first page, mapped to watch the state
-/// word, and the region's length. The mapping keeps the region's memory
-/// alive, as the receiver's copy of the descriptor in flight does anyway,
-/// and is dropped once the receiver has copied the message out (its `BUSY`
-/// bit clear).
+/// word, and the message's extent. The mapping keeps the whole region's
+/// memory alive until the receiver has copied the message out (its `BUSY`
+/// bit clear), or the channel fails ([`Pool::forget_sent`]); a message the
+/// receiver never reads (refused, given up) keeps it until then, counted,
+/// which the bound limits.
 struct Sent {
     first_page: Mapping,
-    len: usize,
+    extent: usize,
+}
+
+/// Whether the message in a region is still to be copied out. A relaxed
+/// load: nothing is read through the region on its account.
+fn busy(map: &Mapping) -> bool {
+    map.state().load(Ordering::Relaxed) & BUSY != 0
 }
 
 impl Regions {
-    /// Bytes of regions whose message the receiver has not copied out yet
-    /// (forgetting, first, the regions it is done with).
+    /// Payload bytes of the messages the receiver has not copied out yet
+    /// (forgetting, first, the regions it is done with). Payload bytes, not
+    /// regions' sizes, so that a large region reused for a small message
+    /// counts as the message: the bound reads as bytes sent and not yet
+    /// received.
     fn in_flight(&mut self) -> usize {
-        // A relaxed load: nothing is read through the region on its account.
-        let busy = |map: &Mapping| map.state().load(Ordering::Relaxed) & BUSY != 0;
         self.sent.retain(|s| busy(&s.first_page));
-        let sent: usize = self.sent.iter().map(|s| s.len).sum();
+        let sent: usize = self.sent.iter().map(|s| s.extent).sum();
         let pooled: usize = (self.list.iter())
             .filter(|r| busy(&r.map))
-            .map(|r| r.map.len)
+            .map(|r| r.extent)
             .sum();
         sent + pooled
     }
@@ -647,6 +662,7 @@ impl Pool {
         };
         let (region, route) = match reused {
             Ok((mut region, route)) => {
+                region.extent = extent;
                 if let Err(e) = region.back(REGION_HEADER + extent) {
                     region.abandon(route);
                     self.put(region);
@@ -678,19 +694,26 @@ impl Pool {
     /// hold it; its mapping keeps the memory alive until it is done).
     pub(crate) fn put(&self, region: Region) {
         let mut guard = self.lock();
+        guard.sent.retain(|s| busy(&s.first_page));
         if guard.list.len() >= POOL_REGIONS {
             let old = guard.list.remove(0);
-            if old.map.state().load(Ordering::Relaxed) & BUSY != 0 {
+            if busy(&old.map) {
                 // Counted until the receiver is done with it. (A page that
                 // cannot be mapped leaves it uncounted: the bound is a
                 // safeguard, not an account.)
                 if let Ok(first_page) = Mapping::map(old.fd.as_fd(), PAGE) {
-                    let len = old.map.len;
-                    guard.sent.push(Sent { first_page, len });
+                    let extent = old.extent;
+                    guard.sent.push(Sent { first_page, extent });
                 }
             }
         }
         guard.list.push(region);
+    }
+
+    /// Stops watching the regions let go of: the channel failed (its
+    /// receiver is gone), so none of their messages will be read.
+    pub(crate) fn forget_sent(&self) {
+        self.lock().sent.clear();
     }
 }
 
@@ -776,6 +799,10 @@ pub(crate) struct PausedCopy {
     pub split: bool,
     /// The region's mapping, if the cache could not keep it.
     own: Option<Mapping>,
+    /// The region's descriptor, for a message that brought one: it goes
+    /// with the message if the receiver moves (`None` if it could not be
+    /// kept, or for a kept message, whose region moves as held).
+    pub fd: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for PausedCopy {
@@ -792,6 +819,7 @@ impl std::fmt::Debug for PausedCopy {
 /// keep (`map`, the whole region or at least `REGION_HEADER + skew + total`
 /// bytes of it, checked by `copy_out`), and lets it go unless the copy
 /// pauses.
+#[allow(clippy::too_many_arguments)]
 fn copy_once(
     map: Mapping,
     (key, token): ((u64, u64), u64),
@@ -799,6 +827,7 @@ fn copy_once(
     from: usize,
     dst: &mut Vec<u8>,
     split: Option<Split<'_>>,
+    fd: Option<OwnedFd>,
 ) -> Result<Progress, WireError> {
     // SAFETY: `copy_out` checked that `map` holds `REGION_HEADER + skew +
     // total` bytes of a region sealed against shrinking, for this span (a
@@ -812,11 +841,24 @@ fn copy_once(
             progressed: done > from,
             split,
             own: Some(map),
+            fd,
         }));
     }
     // SYNC POINT: sender's `Acquire` in `Region::claim`.
     map.state().store(FREE, Ordering::Release);
     copied.map(Copied::into_progress)
+}
+
+/// Holds the region `fd` in `held` if the budget allows; else gives `fd`
+/// back.
+fn hold(held: &mut Option<(OwnedFd, Counted)>, fd: OwnedFd) -> Option<OwnedFd> {
+    match Counted::try_new(&HELD_FDS) {
+        Some(counted) => {
+            *held = Some((fd, counted));
+            None
+        }
+        None => Some(fd),
+    }
 }
 
 impl MapCache {
@@ -859,11 +901,12 @@ impl MapCache {
                 // once, when it is first mapped, is enough.
                 let mut entry = self.entries.remove(i);
                 entry.token = token;
-                if entry.held.is_none() {
-                    entry.held = Counted::try_new(&HELD_FDS).map(|counted| (fd, counted));
-                }
+                let spare = match entry.held {
+                    None => hold(&mut entry.held, fd),
+                    Some(_) => Some(fd),
+                };
                 self.entries.push(entry);
-                return self.copy_from_last(span, 0, dst, split);
+                return self.copy_from_last(span, 0, dst, split, spare);
             }
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
@@ -876,17 +919,19 @@ impl MapCache {
             match self.entries.iter().position(Held::releasable) {
                 Some(i) => drop(self.entries.remove(i)),
                 // All pinned: use this region once, and keep nothing.
-                None => return copy_once(map, (key, token), span, 0, dst, split),
+                None => return copy_once(map, (key, token), span, 0, dst, split, Some(fd)),
             }
         }
+        let mut held = None;
+        // Over the budget: mapped for reuse, not held.
+        let spare = hold(&mut held, fd);
         self.entries.push(Held {
             key,
             token,
-            // Over the budget: mapped for reuse, not held.
-            held: Counted::try_new(&HELD_FDS).map(|counted| (fd, counted)),
+            held,
             map,
         });
-        self.copy_from_last(span, 0, dst, split)
+        self.copy_from_last(span, 0, dst, split, spare)
     }
 
     /// Appends the `total` payload bytes of the held region named `token`,
@@ -912,7 +957,7 @@ impl MapCache {
         }
         let held = self.entries.remove(i);
         self.entries.push(held);
-        self.copy_from_last(span, 0, dst, split)
+        self.copy_from_last(span, 0, dst, split, None)
     }
 
     /// Goes on with a copy that [paused](Progress::Paused): `span` must
@@ -931,10 +976,11 @@ impl MapCache {
             token,
             done,
             own,
+            fd,
             ..
         } = paused;
         if let Some(map) = own {
-            return copy_once(map, (key, token), span, done, dst, split);
+            return copy_once(map, (key, token), span, done, dst, split, fd);
         }
         // Nothing else of this receiver's used the cache meanwhile (its
         // receives finish this message first), so the entry is still mapped;
@@ -949,7 +995,7 @@ impl MapCache {
             .ok_or(WireError::BadRegion)?;
         let entry = self.entries.remove(i);
         self.entries.push(entry);
-        self.copy_from_last(span, done, dst, split)
+        self.copy_from_last(span, done, dst, split, fd)
     }
 
     /// A kept message naming `token` was refused: the region is free again
@@ -963,25 +1009,28 @@ impl MapCache {
     /// Copies out of the most recently used entry, which maps at least
     /// `REGION_HEADER + skew + total` bytes, from payload byte `from` on, and
     /// marks it held (or free, if it is only mapped) unless the copy pauses.
+    /// `spare`: the descriptor the message brought, if the entry did not
+    /// keep it, for a copy that pauses (`PausedCopy::fd`).
     fn copy_from_last(
         &mut self,
         span: Span<'_>,
         from: usize,
         dst: &mut Vec<u8>,
         split: Option<Split<'_>>,
+        spare: Option<OwnedFd>,
     ) -> Result<Progress, WireError> {
         let entry = self.entries.last_mut().ok_or(WireError::BadRegion)?;
-        if entry.held.is_some() && HELD_FDS.load(Ordering::Relaxed) > MAX_KEPT_FDS {
-            // Over the budget (regions that came with a moved receiver are
-            // held whatever it says): this one was named for the last time.
-            entry.held = None;
-        }
         let map = &entry.map;
         // SAFETY: every caller checked `REGION_HEADER + skew + total <=
         // map.len`, and a cached region is sealed against shrinking.
         let copied = unsafe { copy_raw(map, span, from, dst, split) };
         if let Ok(Copied::Paused { done, split }) = copied {
-            // The region stays busy: the message is still being read.
+            // The region stays busy (the message is still being read), and
+            // held if it was: a receiver that moves takes it along.
+            let fd = spare.or_else(|| {
+                let (fd, _) = entry.held.as_ref()?;
+                fd.try_clone().ok()
+            });
             return Ok(Progress::Paused(PausedCopy {
                 key: entry.key,
                 token: entry.token,
@@ -989,7 +1038,13 @@ impl MapCache {
                 progressed: done > from,
                 split,
                 own: None,
+                fd,
             }));
+        }
+        if entry.held.is_some() && HELD_FDS.load(Ordering::Relaxed) > MAX_KEPT_FDS {
+            // Over the budget (regions that came with a moved receiver are
+            // held whatever it says): this one was named for the last time.
+            entry.held = None;
         }
         let state = match entry.held {
             Some(_) => {
@@ -1123,8 +1178,20 @@ impl Mapping {
         let mut alive = true;
         let mut spin_until = None;
         loop {
-            // First, whatever the progress: a peer that creeps (a byte at a
-            // time, just often enough) must not outlast the deadline.
+            let seq = self.seq().load(Ordering::Acquire);
+            // SYNC POINT: the sender's `Release` in `Region::publish`: the
+            // bytes below `filled` are written. A peer may store anything
+            // here; it only decides which of its own bytes we copy.
+            let filled = self.filled().load(Ordering::Acquire);
+            let filled = usize::try_from(filled).unwrap_or(usize::MAX).min(total);
+            // All of it there: copied whatever the clock says (the rest of
+            // the copy waits for nothing).
+            if filled == total && total > done {
+                return Ok(Some(total));
+            }
+            // Then the clock, whatever the progress: a peer that creeps (a
+            // byte at a time, just often enough) must outlast neither the
+            // deadline nor the receive's pause.
             let now = Instant::now();
             if now >= stream.deadline {
                 return Err(WireError::FragmentTimeout);
@@ -1132,12 +1199,6 @@ impl Mapping {
             if stream.pause.is_some_and(|pause| now >= pause) {
                 return Ok(None);
             }
-            let seq = self.seq().load(Ordering::Acquire);
-            // SYNC POINT: the sender's `Release` in `Region::publish`: the
-            // bytes below `filled` are written. A peer may store anything
-            // here; it only decides which of its own bytes we copy.
-            let filled = self.filled().load(Ordering::Acquire);
-            let filled = usize::try_from(filled).unwrap_or(usize::MAX).min(total);
             if filled > done {
                 return Ok(Some(filled));
             }
