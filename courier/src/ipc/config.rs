@@ -53,9 +53,12 @@ pub struct Config {
     /// never completes it delays a set's other channels by about that
     /// millisecond per select, not by this timeout.
     pub fragment_timeout: Duration,
-    /// How many bytes of shared-memory regions a sender may have in flight
-    /// to one receiver (sent, and not yet copied out by it) before its large
-    /// messages go in fragments instead (default 256 MiB). A region message
+    /// How many payload bytes a sender may have in flight to one receiver in
+    /// shared-memory regions (sent, and not yet copied out by it) before its
+    /// large messages go in fragments instead (default 256 MiB; threads
+    /// sending at once can each take it one message past). The regions
+    /// themselves are rounded up to a power of two, so the memory they hold
+    /// is up to twice this. A region message
     /// never waits for its receiver, so without a bound a receiver that
     /// stops reading (stuck, or hostile) would let its sender create a region
     /// for every message the socket buffer has room for, each as large as
