@@ -416,3 +416,40 @@ fn a_stream_that_creeps_does_not_hold_a_try_recv() {
     creeper.join().unwrap();
     drop(raw);
 }
+
+/// A stalled message at the head of a receiver that is polled rarely fails
+/// once twice the fragment timeout has passed since its fetch began, though
+/// the polls spent little of the timeout waiting; the messages behind it
+/// (here another sender's) then come through.
+#[test]
+fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
+    let _check = fd_check();
+    let _timeout = FragmentTimeout::set(Duration::from_millis(150));
+    let (raw, end) = seqpacket_pair();
+    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    for (tag, streamed) in [(101, false), (102, true)] {
+        let body = encoded(&pattern(300_000, 12));
+        let (feed, region) = match streamed {
+            false => (Some(begin_fragmented(&raw, &body, 10, tag)), None),
+            true => {
+                let region = region(body.len());
+                begin_streamed(&raw, &region, body.len(), tag);
+                fill(&region, &body, 0, 1000);
+                (None, Some(region))
+            }
+        };
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        std::thread::sleep(Duration::from_millis(400));
+        let failed = rx.try_recv();
+        assert!(
+            matches!(failed, Err(TryRecvError::IpcError(IpcError::Io(_)))),
+            "{failed:?}"
+        );
+        let next = pattern(100, 13);
+        let mut small = header(0, 0, (next.len() + 1) as u64, 0, 0);
+        small.extend_from_slice(&encoded(&next));
+        raw_send(&raw, &small, &[]);
+        assert_eq!(rx.recv().unwrap(), next);
+        drop((feed, region));
+    }
+}

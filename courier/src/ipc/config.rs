@@ -44,8 +44,10 @@ pub struct Config {
     pub large_messages: LargeMessages,
     /// How long a receiver waits for the rest of a fragmented message, or
     /// for the whole of a streamed region payload (1 MiB and up), before it
-    /// gives up with `WireError::FragmentTimeout` (default 30 s), counted
-    /// from the first receive that began to fetch it. A blocking `recv` of
+    /// gives up with `WireError::FragmentTimeout` (default 30 s): the time
+    /// receives spend waiting for the rest, and at most twice this from the
+    /// first receive that began to fetch it if the rest is still missing
+    /// then. A blocking `recv` of
     /// such a message waits for it; `try_recv`, a timed receive past its
     /// deadline, and a receiver set's reads wait about a millisecond, then
     /// return empty-handed and leave the message to the next receive, which

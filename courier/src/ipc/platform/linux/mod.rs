@@ -637,6 +637,12 @@ struct Resume {
     /// that stops or creeps still uses it up, in a set's reads as in a
     /// blocking receive.
     budget: Duration,
+    /// When the fetch began. A message put aside fails, however much budget
+    /// it has left, if receives find its rest missing past twice the
+    /// fragment timeout from then (`Stream::cap`): a stalled message at the
+    /// head of a rarely polled receiver must not hold back the messages of
+    /// the channel's other senders for thousands of polls.
+    began: Instant,
     /// When the receive that put it aside returned.
     paused_at: Instant,
     /// Whether that receive got no byte of it: a set then reads it again
@@ -1143,10 +1149,18 @@ impl OsReceiver {
         let mut split_off = false;
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
-        let (deadline, mut paused, string, stalled) = match resume {
-            Some(r) => (Some(Instant::now() + r.budget), r.copy, r.string, r.stalled),
-            None => (None, None, None, false),
+        let timeout = Config::global().fragment_timeout;
+        let (deadline, began, mut paused, string, stalled) = match resume {
+            Some(r) => (
+                Some(Instant::now() + r.budget),
+                Some(r.began),
+                r.copy,
+                r.string,
+                r.stalled,
+            ),
+            None => (None, None, None, None, false),
         };
+        let cap = began.map(|b| b + timeout.saturating_mul(2));
         if let Some(copy) = &mut paused {
             // Go on with the string's own buffer if this receive predicts
             // the same string; else put the string back in its place.
@@ -1163,8 +1177,8 @@ impl OsReceiver {
                 split = None;
             }
         }
-        let deadline =
-            || deadline.unwrap_or_else(|| Instant::now() + Config::global().fragment_timeout);
+        let deadline = || deadline.unwrap_or_else(|| Instant::now() + timeout);
+        let began = began.unwrap_or_else(Instant::now);
         let pause = || match wait {
             Wait::Block => None,
             Wait::Poll => Some(Instant::now() + FETCH_SLICE),
@@ -1178,6 +1192,7 @@ impl OsReceiver {
             total,
             stream: header.streamed.then(|| Stream {
                 deadline,
+                cap,
                 pause: pause(),
                 spin: !stalled,
                 alive: &alive,
@@ -1190,11 +1205,13 @@ impl OsReceiver {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 let deadline = deadline();
                 let before = dst.len();
-                if dst.len() < total && !recv_fragments(&carrier, dst, total, deadline, pause())? {
+                let times = (deadline, cap, pause());
+                if dst.len() < total && !recv_fragments(&carrier, dst, total, times)? {
                     fds.push(carrier);
                     let now = Instant::now();
                     let resume = Resume {
                         budget: deadline.saturating_duration_since(now),
+                        began,
                         paused_at: now,
                         stalled: dst.len() == before,
                         copy: None,
@@ -1239,6 +1256,7 @@ impl OsReceiver {
                 let now = Instant::now();
                 let resume = Resume {
                     budget: deadline.saturating_duration_since(now),
+                    began,
                     paused_at: now,
                     stalled: !copy.progressed,
                     copy: Some(copy),
@@ -1671,23 +1689,24 @@ impl RecvState {
 /// straight into `dst`'s spare capacity, until `dst.len() == total`; `false`
 /// if `pause` came first (then `dst` holds what came, to go on with).
 ///
-/// The whole rest must arrive by `deadline` (the fragment timeout from the
-/// fetch's start), measured by this receiver (`poll` with a deadline,
-/// `MSG_DONTWAIT` reads): a socket option such as `SO_RCVTIMEO` would not
-/// do, since the sender holds the same socket and could clear it.
+/// The whole rest must arrive by `deadline` (what is left of the fragment
+/// timeout), and no wait may end past `cap` (see `Resume::began`), as this
+/// receiver measures them (`poll` with a deadline, `MSG_DONTWAIT` reads): a
+/// socket option such as `SO_RCVTIMEO` would not do, since the sender holds
+/// the same socket and could clear it.
 fn recv_fragments(
     carrier: &OwnedFd,
     dst: &mut Vec<u8>,
     total: usize,
-    deadline: Instant,
-    pause: Option<Instant>,
+    (deadline, cap, pause): (Instant, Option<Instant>, Option<Instant>),
 ) -> Result<bool, RecvError> {
     dst.try_reserve_exact(total - dst.len())
         .map_err(|_| WireError::TooLarge {
             claimed: total as u64,
             limit: dst.len() as u64,
         })?;
-    let until = pause.map_or(deadline, |p| p.min(deadline));
+    let stop = cap.map_or(deadline, |c| c.min(deadline));
+    let until = pause.map_or(stop, |p| p.min(stop));
     while dst.len() < total {
         let want = total - dst.len();
         let packet = fill_spare(dst, |room| {
@@ -1703,7 +1722,7 @@ fn recv_fragments(
             Ok(packet) => packet,
             Err(Errno::AGAIN) => {
                 match wait_readable(carrier.as_fd(), until) {
-                    Err(RecvError::Empty) if until < deadline => return Ok(false),
+                    Err(RecvError::Empty) if until < stop => return Ok(false),
                     Err(RecvError::Empty) => return Err(WireError::FragmentTimeout.into()),
                     other => other?,
                 }
@@ -1726,7 +1745,7 @@ fn recv_fragments(
             if now >= deadline {
                 return Err(WireError::FragmentTimeout.into());
             }
-            if now >= until {
+            if pause.is_some_and(|pause| now >= pause) {
                 return Ok(false);
             }
         }

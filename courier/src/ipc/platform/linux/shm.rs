@@ -1153,6 +1153,9 @@ impl Span<'_> {
 pub(crate) struct Stream<'a> {
     /// When to give up on it.
     pub deadline: Instant,
+    /// When to give up on it if it makes no progress (see `Resume::began`
+    /// in the transport).
+    pub cap: Option<Instant>,
     /// When to stop waiting and put the copy aside
     /// ([`Progress::Paused`]); `None`: wait until the deadline. Looked at
     /// before every wait, so a peer that keeps writing a little cannot keep
@@ -1202,6 +1205,9 @@ impl Mapping {
             if filled > done {
                 return Ok(Some(filled));
             }
+            if stream.cap.is_some_and(|cap| now >= cap) {
+                return Err(WireError::FragmentTimeout);
+            }
             // Looked again after the last sender was seen gone (it may have
             // finished just before it went): nothing more will come.
             if !alive {
@@ -1226,10 +1232,11 @@ impl Mapping {
             if !alive {
                 continue;
             }
-            let until = stream
-                .pause
-                .map_or(stream.deadline, |p| p.min(stream.deadline));
-            let nap = (until - now).min(STREAM_POLL);
+            let until = [stream.pause, stream.cap]
+                .into_iter()
+                .flatten()
+                .fold(stream.deadline, Instant::min);
+            let nap = until.saturating_duration_since(now).min(STREAM_POLL);
             let nap = rustix::fs::Timespec {
                 tv_sec: nap.as_secs() as i64,
                 tv_nsec: i64::from(nap.subsec_nanos()),
