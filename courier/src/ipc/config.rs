@@ -47,13 +47,12 @@ pub struct Config {
     /// gives up with `WireError::FragmentTimeout` (default 30 s): the time
     /// receives spend waiting for the rest, and at most twice this from the
     /// first receive that began to fetch it if the rest is still missing
-    /// then. A blocking `recv` of
-    /// such a message waits for it; `try_recv`, a timed receive past its
-    /// deadline, and a receiver set's reads wait about a millisecond, then
-    /// return empty-handed and leave the message to the next receive, which
-    /// goes on where the last stopped. So a peer that begins a message and
-    /// never completes it delays a set's other channels by about that
-    /// millisecond per select, not by this timeout.
+    /// then. A blocking `recv` of such a message waits for it; `try_recv`,
+    /// a timed receive past its deadline, and a receiver set's reads wait
+    /// about a millisecond, then return empty-handed and leave the message
+    /// to the next receive, which goes on where the last stopped. So a peer
+    /// that begins a message and never completes it delays a set's other
+    /// channels by about that millisecond per select, not by this timeout.
     pub fragment_timeout: Duration,
     /// How many payload bytes a sender may have in flight to one receiver in
     /// shared-memory regions (sent, and not yet copied out by it) before its
