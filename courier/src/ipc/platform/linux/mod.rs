@@ -62,7 +62,7 @@ pub(crate) mod socket;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -787,7 +787,30 @@ thread_local! {
     /// small messages are read whole. Allocated on first use, never
     /// initialised: the kernel writes only what arrives, so only pages that
     /// ever held data become resident.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    ///
+    /// It has no destructor, so a receive can always reach it, also from
+    /// another thread-local's `Drop` at thread exit; [`SCRATCH_OWNER`] frees
+    /// the buffer instead.
+    static SCRATCH: RefCell<ManuallyDrop<Vec<u8>>> =
+        const { RefCell::new(ManuallyDrop::new(Vec::new())) };
+    /// Frees [`SCRATCH`]'s buffer when the thread's locals are torn down.
+    /// Touched when the buffer is allocated, so that it is registered for
+    /// that; once it is gone, a receive that finds no buffer uses one of
+    /// its own for that call, which nothing would free otherwise.
+    static SCRATCH_OWNER: ScratchOwner = const { ScratchOwner };
+}
+
+/// See [`SCRATCH_OWNER`].
+struct ScratchOwner;
+
+impl Drop for ScratchOwner {
+    fn drop(&mut self) {
+        let _ = SCRATCH.with(|scratch| {
+            scratch
+                .try_borrow_mut()
+                .map(|mut scratch| drop(std::mem::take(&mut **scratch)))
+        });
+    }
 }
 
 /// Runs `f` on the thread's scratch area, one packet long (see [`SCRATCH`]),
@@ -802,30 +825,41 @@ thread_local! {
 /// turn (session 21): 6.7-7.0 µs with it, 4.5-4.6 page-aligned (ipc-channel
 /// 5.0-5.2); in a faster minute 4.8-4.9 against 3.4 (ipc-channel 3.9).
 ///
-/// A receive from a thread-local's destructor, after [`SCRATCH`] is gone,
-/// uses an area of its own for that one call.
+/// A receive from a thread-local's destructor, once [`SCRATCH_OWNER`] has
+/// freed the thread's area, uses an area of its own for that one call.
 #[inline]
 fn with_scratch<R>(f: impl FnOnce(&mut [MaybeUninit<u8>]) -> R) -> R {
-    let mut f = Some(f);
-    let mut run = |scratch: &mut Vec<u8>| in_scratch(scratch, f.take().expect("called once"));
-    match SCRATCH.try_with(|scratch| run(&mut scratch.borrow_mut())) {
-        Ok(r) => r,
-        Err(_) => run(&mut Vec::new()),
-    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        // One call of `f` whichever area it gets: a second call site (for
+        // the area of its own) kept `f` out of line, ~35 instructions a
+        // small receive (callgrind, `floor_ab courier 64`).
+        let room = socket::max_packet();
+        let mut own = Vec::new();
+        let area = match scratch.capacity() >= room + PAGE {
+            true => &mut **scratch,
+            false => grow_scratch(&mut own, scratch, room + PAGE),
+        };
+        let spare = area.spare_capacity_mut();
+        let skip = spare.as_ptr().addr().next_multiple_of(PAGE) - spare.as_ptr().addr();
+        f(&mut spare[skip..skip + room])
+    })
 }
 
-/// Runs `f` on `scratch`, grown to a packet past a page boundary (see
-/// [`with_scratch`]).
-fn in_scratch<R>(scratch: &mut Vec<u8>, f: impl FnOnce(&mut [MaybeUninit<u8>]) -> R) -> R {
-    const PAGE: usize = 4096;
-    let room = socket::max_packet();
-    if scratch.capacity() < room + PAGE {
-        *scratch = Vec::with_capacity(room + PAGE);
-    }
-    let spare = scratch.spare_capacity_mut();
-    let skip = spare.as_ptr().addr().next_multiple_of(PAGE) - spare.as_ptr().addr();
-    f(&mut spare[skip..skip + room])
+/// The area for a receive that found the thread's too short (or freed):
+/// the thread's, grown to `len`, while [`SCRATCH_OWNER`] can still free it,
+/// else `own`, for this call only.
+#[cold]
+fn grow_scratch<'a>(own: &'a mut Vec<u8>, scratch: &'a mut Vec<u8>, len: usize) -> &'a mut Vec<u8> {
+    let area = match SCRATCH_OWNER.try_with(|_| ()) {
+        Ok(()) => scratch,
+        Err(_) => own,
+    };
+    *area = Vec::with_capacity(len);
+    area
 }
+
+/// A page: the scratch area starts on one.
+const PAGE: usize = 4096;
 
 impl OsReceiver {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
