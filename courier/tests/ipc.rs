@@ -25,15 +25,21 @@ mod common;
 use common::wire::{header, seqpacket_pair, wire_error};
 use common::{fd_check, open_fds};
 
-/// Runs `f` with the process-wide configuration changed, then restores it.
+/// Runs `f` with the process-wide configuration changed, then restores it
+/// (also if `f` panics, so that one failure does not spread to the tests
+/// after it).
 fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
-    let saved = Config::global();
-    let mut config = saved;
+    struct Restore(Config);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            Config::set_global(self.0);
+        }
+    }
+    let saved = Restore(Config::global());
+    let mut config = saved.0;
     change(&mut config);
     Config::set_global(config);
-    let result = f();
-    Config::set_global(saved);
-    result
+    f()
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -593,8 +599,9 @@ fn a_receiver_that_does_not_read_bounds_its_senders_regions() {
 /// The in-flight bound counts the bytes of messages, not the sizes of
 /// their regions (rounded up to a power of two, and reused for smaller
 /// messages): a thread that sends a 9 MiB message (a 16 MiB region) and
-/// then a 300 KB one, with a 16 MiB bound and nothing read yet, sends both
-/// by region rather than blocking on a fragmented send nobody reads.
+/// then a 2 MiB one (past one packet whatever the socket buffer), with a
+/// 16 MiB bound and nothing read yet, sends both by region rather than
+/// blocking on a fragmented send nobody reads.
 #[test]
 fn the_in_flight_bound_counts_message_bytes() {
     let _check = fd_check();
@@ -602,7 +609,7 @@ fn the_in_flight_bound_counts_message_bytes() {
         |c| c.max_region_bytes_in_flight = 16 << 20,
         || {
             let (tx, rx) = ipc::bytes_channel().unwrap();
-            let (big, small) = (pattern(9 << 20, 1), pattern(300_000, 2));
+            let (big, small) = (pattern(9 << 20, 1), pattern(2 << 20, 2));
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let sender = std::thread::spawn({
                 let (big, small) = (big.clone(), small.clone());

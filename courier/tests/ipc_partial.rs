@@ -424,7 +424,7 @@ fn a_stream_that_creeps_does_not_hold_a_try_recv() {
 #[test]
 fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
     let _check = fd_check();
-    let _timeout = FragmentTimeout::set(Duration::from_millis(150));
+    let _timeout = FragmentTimeout::set(Duration::from_millis(500));
     let (raw, end) = seqpacket_pair();
     let rx = IpcReceiver::<Vec<u8>>::from(end);
     for (tag, streamed) in [(101, false), (102, true)] {
@@ -439,7 +439,7 @@ fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
             }
         };
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(1200));
         let failed = rx.try_recv();
         assert!(
             matches!(failed, Err(TryRecvError::IpcError(IpcError::Io(_)))),
@@ -452,4 +452,32 @@ fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
         assert_eq!(rx.recv().unwrap(), next);
         drop((feed, region));
     }
+}
+
+/// A message whose sender keeps going is not cut off, however long its
+/// receiver leaves it between polls: each poll that gets some of it starts
+/// the clock again (a first version failed it at the first empty read past
+/// twice the timeout, found by a review).
+#[test]
+fn a_message_arriving_steadily_is_not_cut_off_between_rare_polls() {
+    let _check = fd_check();
+    let _timeout = FragmentTimeout::set(Duration::from_millis(200));
+    let (raw, end) = seqpacket_pair();
+    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let data = pattern(3 << 20, 14);
+    let body = encoded(&data);
+    let feed = begin_fragmented(&raw, &body, 10, 103);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    // The sender blocks whenever the carrier is full, as a real one does.
+    let feeder = finish_fragmented(feed, body[10..].to_vec());
+    let started = Instant::now();
+    let got = loop {
+        std::thread::sleep(Duration::from_millis(250));
+        match rx.try_recv() {
+            Err(TryRecvError::Empty) => assert!(started.elapsed() < PROMPTLY, "never completed"),
+            other => break other,
+        }
+    };
+    assert_eq!(got.unwrap(), data);
+    feeder.join().unwrap();
 }

@@ -45,9 +45,9 @@ pub struct Config {
     /// How long a receiver waits for the rest of a fragmented message, or
     /// for the whole of a streamed region payload (1 MiB and up), before it
     /// gives up with `WireError::FragmentTimeout` (default 30 s): the time
-    /// receives spend waiting for the rest, and at most twice this from the
-    /// first receive that began to fetch it if the rest is still missing
-    /// then. A blocking `recv` of such a message waits for it; `try_recv`,
+    /// receives spend waiting for the rest, or, for a receive that may not
+    /// block and gets none of it, this long since any of it last came. A
+    /// blocking `recv` of such a message waits for it; `try_recv`,
     /// a timed receive past its deadline, and a receiver set's reads wait
     /// about a millisecond, then return empty-handed and leave the message
     /// to the next receive, which goes on where the last stopped. So a peer

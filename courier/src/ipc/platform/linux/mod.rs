@@ -637,12 +637,13 @@ struct Resume {
     /// that stops or creeps still uses it up, in a set's reads as in a
     /// blocking receive.
     budget: Duration,
-    /// When the fetch began. A message put aside fails, however much budget
-    /// it has left, if receives find its rest missing past twice the
-    /// fragment timeout from then (`Stream::cap`): a stalled message at the
-    /// head of a rarely polled receiver must not hold back the messages of
-    /// the channel's other senders for thousands of polls.
-    began: Instant,
+    /// When a receive last got some of it (or the fetch began). A message
+    /// put aside fails, however much budget it has left, when a receive that
+    /// may not block gets none of it a whole fragment timeout after that: a
+    /// stalled message at the head of a rarely polled receiver must not hold
+    /// back the messages of the channel's other senders for thousands of
+    /// polls, while a sender that is slow but keeps going is never cut off.
+    last_got: Instant,
     /// When the receive that put it aside returned.
     paused_at: Instant,
     /// Whether that receive got no byte of it: a set then reads it again
@@ -1184,17 +1185,25 @@ impl OsReceiver {
         // `read` checked `total` against the limit and the inline bytes.
         let total = usize::try_from(header.total).map_err(|_| WireError::Truncated)?;
         let timeout = Config::global().fragment_timeout;
-        let (deadline, began, mut paused, string, stalled) = match resume {
+        let (deadline, last_got, mut paused, string, stalled) = match resume {
             Some(r) => (
                 Some(Instant::now() + r.budget),
-                Some(r.began),
+                Some(r.last_got),
                 r.copy,
                 r.string,
                 r.stalled,
             ),
             None => (None, None, None, None, false),
         };
-        let cap = began.map(|b| b + timeout.saturating_mul(2));
+        // Whether a receive that got nothing ends the message (`Resume::last_got`).
+        let given_up = |got: bool, now: Instant| {
+            !got && last_got.is_some_and(|last| now.saturating_duration_since(last) >= timeout)
+        };
+        // When this receive got some of it, or what it was before.
+        let last_got = |got: bool, now: Instant| match got {
+            true => now,
+            false => last_got.unwrap_or(now),
+        };
         if let Some(copy) = &mut paused {
             // Go on with the string's own buffer if this receive predicts
             // the same string; else put the string back in its place.
@@ -1212,7 +1221,6 @@ impl OsReceiver {
             }
         }
         let deadline = || deadline.unwrap_or_else(|| Instant::now() + timeout);
-        let began = began.unwrap_or_else(Instant::now);
         let pause = || match wait {
             Wait::Block => None,
             Wait::Poll => Some(Instant::now() + FETCH_SLICE),
@@ -1226,7 +1234,6 @@ impl OsReceiver {
             total,
             stream: header.streamed.then(|| Stream {
                 deadline,
-                cap,
                 pause: pause(),
                 spin: !stalled,
                 alive: &alive,
@@ -1239,15 +1246,18 @@ impl OsReceiver {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 let deadline = deadline();
                 let before = dst.len();
-                let times = (deadline, cap, pause());
-                if dst.len() < total && !recv_fragments(&carrier, dst, total, times)? {
-                    fds.push(carrier);
+                if dst.len() < total && !recv_fragments(&carrier, dst, total, deadline, pause())? {
                     let now = Instant::now();
+                    let got = dst.len() > before;
+                    if given_up(got, now) {
+                        return Err(WireError::FragmentTimeout.into());
+                    }
+                    fds.push(carrier);
                     let resume = Resume {
                         budget: deadline.saturating_duration_since(now),
-                        began,
+                        last_got: last_got(got, now),
                         paused_at: now,
-                        stalled: dst.len() == before,
+                        stalled: !got,
                         copy: None,
                         string: None,
                     };
@@ -1285,12 +1295,15 @@ impl OsReceiver {
         match progress {
             Some((Progress::Done(split), _)) => split_off = split,
             Some((Progress::Paused(copy), deadline)) => {
+                let now = Instant::now();
+                if given_up(copy.progressed, now) {
+                    return Err(WireError::FragmentTimeout.into());
+                }
                 let string =
                     (split.filter(|_| copy.split)).map(|s| (s.layout, std::mem::take(s.string)));
-                let now = Instant::now();
                 let resume = Resume {
                     budget: deadline.saturating_duration_since(now),
-                    began,
+                    last_got: last_got(copy.progressed, now),
                     paused_at: now,
                     stalled: !copy.progressed,
                     copy: Some(copy),
@@ -1724,23 +1737,22 @@ impl RecvState {
 /// if `pause` came first (then `dst` holds what came, to go on with).
 ///
 /// The whole rest must arrive by `deadline` (what is left of the fragment
-/// timeout), and no wait may end past `cap` (see `Resume::began`), as this
-/// receiver measures them (`poll` with a deadline, `MSG_DONTWAIT` reads): a
-/// socket option such as `SO_RCVTIMEO` would not do, since the sender holds
-/// the same socket and could clear it.
+/// timeout), as this receiver measures it (`poll` with a deadline,
+/// `MSG_DONTWAIT` reads): a socket option such as `SO_RCVTIMEO` would not
+/// do, since the sender holds the same socket and could clear it.
 fn recv_fragments(
     carrier: &OwnedFd,
     dst: &mut Vec<u8>,
     total: usize,
-    (deadline, cap, pause): (Instant, Option<Instant>, Option<Instant>),
+    deadline: Instant,
+    pause: Option<Instant>,
 ) -> Result<bool, RecvError> {
     dst.try_reserve_exact(total - dst.len())
         .map_err(|_| WireError::TooLarge {
             claimed: total as u64,
             limit: dst.len() as u64,
         })?;
-    let stop = cap.map_or(deadline, |c| c.min(deadline));
-    let until = pause.map_or(stop, |p| p.min(stop));
+    let until = pause.map_or(deadline, |p| p.min(deadline));
     while dst.len() < total {
         let want = total - dst.len();
         let packet = fill_spare(dst, |room| {
@@ -1756,7 +1768,7 @@ fn recv_fragments(
             Ok(packet) => packet,
             Err(Errno::AGAIN) => {
                 match wait_readable(carrier.as_fd(), until) {
-                    Err(RecvError::Empty) if until < stop => return Ok(false),
+                    Err(RecvError::Empty) if until < deadline => return Ok(false),
                     Err(RecvError::Empty) => return Err(WireError::FragmentTimeout.into()),
                     other => other?,
                 }

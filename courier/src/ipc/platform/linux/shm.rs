@@ -849,16 +849,22 @@ fn copy_once(
     copied.map(Copied::into_progress)
 }
 
-/// Holds the region `fd` in `held` if the budget allows; else gives `fd`
-/// back.
-fn hold(held: &mut Option<(OwnedFd, Counted)>, fd: OwnedFd) -> Option<OwnedFd> {
-    match Counted::try_new(&HELD_FDS) {
-        Some(counted) => {
-            *held = Some((fd, counted));
-            None
-        }
-        None => Some(fd),
+/// Holds the region `fd` in `held` if the budget allows; gives back what
+/// the copy keeps (`copy_from_last`'s `spare`): `fd` if it is not held, and
+/// if the copy may pause, `fd` itself while a duplicate is held (a
+/// duplicate that fails leaves the region unheld).
+fn hold(held: &mut Option<(OwnedFd, Counted)>, fd: OwnedFd, may_pause: bool) -> Option<OwnedFd> {
+    let Some(counted) = Counted::try_new(&HELD_FDS) else {
+        return Some(fd);
+    };
+    if !may_pause {
+        *held = Some((fd, counted));
+        return None;
     }
+    if let Ok(copy) = fd.try_clone() {
+        *held = Some((copy, counted));
+    }
+    Some(fd)
 }
 
 impl MapCache {
@@ -902,7 +908,7 @@ impl MapCache {
                 let mut entry = self.entries.remove(i);
                 entry.token = token;
                 let spare = match entry.held {
-                    None => hold(&mut entry.held, fd),
+                    None => hold(&mut entry.held, fd, span.may_pause()),
                     Some(_) => Some(fd),
                 };
                 self.entries.push(entry);
@@ -924,7 +930,7 @@ impl MapCache {
         }
         let mut held = None;
         // Over the budget: mapped for reuse, not held.
-        let spare = hold(&mut held, fd);
+        let spare = hold(&mut held, fd, span.may_pause());
         self.entries.push(Held {
             key,
             token,
@@ -1027,10 +1033,7 @@ impl MapCache {
         if let Ok(Copied::Paused { done, split }) = copied {
             // The region stays busy (the message is still being read), and
             // held if it was: a receiver that moves takes it along.
-            let fd = spare.or_else(|| {
-                let (fd, _) = entry.held.as_ref()?;
-                fd.try_clone().ok()
-            });
+            let fd = spare;
             return Ok(Progress::Paused(PausedCopy {
                 key: entry.key,
                 token: entry.token,
@@ -1141,6 +1144,11 @@ pub(crate) struct Span<'a> {
 }
 
 impl Span<'_> {
+    /// Whether a copy of it may pause ([`Stream::pause`]).
+    fn may_pause(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.pause.is_some())
+    }
+
     /// How far into the payload area the payload reaches.
     fn extent(&self) -> Result<usize, WireError> {
         self.skew
@@ -1153,9 +1161,6 @@ impl Span<'_> {
 pub(crate) struct Stream<'a> {
     /// When to give up on it.
     pub deadline: Instant,
-    /// When to give up on it if it makes no progress (see `Resume::began`
-    /// in the transport).
-    pub cap: Option<Instant>,
     /// When to stop waiting and put the copy aside
     /// ([`Progress::Paused`]); `None`: wait until the deadline. Looked at
     /// before every wait, so a peer that keeps writing a little cannot keep
@@ -1205,9 +1210,6 @@ impl Mapping {
             if filled > done {
                 return Ok(Some(filled));
             }
-            if stream.cap.is_some_and(|cap| now >= cap) {
-                return Err(WireError::FragmentTimeout);
-            }
             // Looked again after the last sender was seen gone (it may have
             // finished just before it went): nothing more will come.
             if !alive {
@@ -1232,10 +1234,9 @@ impl Mapping {
             if !alive {
                 continue;
             }
-            let until = [stream.pause, stream.cap]
-                .into_iter()
-                .flatten()
-                .fold(stream.deadline, Instant::min);
+            let until = stream
+                .pause
+                .map_or(stream.deadline, |p| p.min(stream.deadline));
             let nap = until.saturating_duration_since(now).min(STREAM_POLL);
             let nap = rustix::fs::Timespec {
                 tv_sec: nap.as_secs() as i64,
