@@ -153,6 +153,14 @@ impl CopyPair {
         let (src, dst) = self.buf.split_at_mut(self.dst);
         (&src[..self.len], &mut dst[..self.len])
     }
+
+    /// The other way round: the source as the destination (`4096 -
+    /// offset` bytes past the destination, modulo 4 KiB) and the
+    /// destination as the (read-only) source, for a copy back.
+    pub fn split_back(&mut self) -> (&mut [u8], &[u8]) {
+        let (src, dst) = self.buf.split_at_mut(self.dst);
+        (&mut src[..self.len], &dst[..self.len])
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! | `courier-bytes` | `IpcBytesSender::send(&data)` + `recv()` |
 //! | `ipc-channel` | ipc-channel's `IpcSender<Vec<u8>>`, as `courier` |
 //! | `ipc-channel-bytes` | ipc-channel's bytes channel, as `courier-bytes` |
-//! | `floor` | up to one packet: `send(2)` + `recv(2)` of the bytes on a socketpair into a reused buffer; above: two `memcpy`s into warm buffers (in and out, the least any copying transport does) |
+//! | `floor` | below 7 KiB: `send(2)` + `recv(2)` of the bytes on a socketpair into a reused buffer; from 7 KiB: `send` + `recv` of a 40-byte header, and two `memcpy`s of the payload between warm buffers placed apart (in and out: the least a transport does that copies through memory it shares, as courier's regions do from 7 KiB; below that the kernel's one copy each way is cheaper) |
 //!
 //! Typed subjects send the value they received last (both crates take `T`
 //! by value): an application sends what it built or was given, and a clone
@@ -42,7 +42,7 @@
 //! regions are the crates' own (courier: a sealed memfd, checked on arrival;
 //! ipc-channel: an unsealed one, mapped again at every clone and send).
 //!
-//! # `rtt_<size>_<placement>`: round trips between two processes
+//! # `rtt_<placement>_<size>`: round trips between two processes
 //! A child echoes every message back on a second channel; both crates use
 //! their own one-shot server to bootstrap and bytes channels to carry the
 //! payload; every round trip is timed on its own (p50, p99), the subjects
@@ -63,6 +63,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::child::{self, Placement};
 use crate::harness::measure::{time_each_interleaved, Op, Ops, Sampler};
+use crate::harness::mem::{CopyPair, APART};
 use crate::harness::{Case, Ctx, Error, Result};
 
 use super::floor;
@@ -133,7 +134,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone); subjects take turns, one sample each per round");
     ctx.note(format!(
         "ipc-channel above {} B sends from a scoped thread per message (its send blocks until read); \
-         floor above one packet = two warm memcpys",
+         floor from 7 KiB = a 40-byte packet and two warm memcpys placed apart",
         ic_max_fragment()
     ));
     receiver_sets(ctx)?;
@@ -413,8 +414,19 @@ fn ipc_channel_bytes(data: &[u8]) -> Result<Ops<'_, Error>> {
     }))
 }
 
-/// The least a transport can do: one packet each way through the kernel, or
-/// for larger payloads, a copy in and a copy out of warm memory.
+/// Payloads from this size up have the copying floor (a header packet and
+/// two `memcpy`s); below it, the socket's (courier's own crossover, where a
+/// region starts to beat the kernel's copy: `SMALL_MAX` in its socket
+/// module).
+const COPY_FLOOR_MIN: usize = 7 * 1024;
+
+/// The least a transport can do: the payload through the kernel in one
+/// packet, or from [`COPY_FLOOR_MIN`] up, a header packet through the kernel
+/// and the payload copied in and out of warm memory. The two copies use one
+/// [`CopyPair`] placed [`APART`] (the copy in goes from its source to its
+/// destination, the copy out back), so neither lands on this CPU's slow
+/// `memcpy` placement, as two `Vec`s from the allocator can (a review found
+/// the 256 KiB floor slower than the 1 MiB one).
 fn floor(data: &[u8]) -> Result<Ops<'_, Error>> {
     use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
     let pair = || {
@@ -425,10 +437,9 @@ fn floor(data: &[u8]) -> Result<Ops<'_, Error>> {
             None,
         )
     };
-    let max_packet = net::sockopt::socket_send_buffer_size(&pair()?.0)? - 32;
-    let mut out = vec![MaybeUninit::<u8>::uninit(); data.len()];
-    if data.len() <= max_packet {
-        let (a, b) = pair()?;
+    let (a, b) = pair()?;
+    if data.len() < COPY_FLOOR_MIN {
+        let mut out = vec![MaybeUninit::<u8>::uninit(); data.len()];
         return Ok(Box::new(move |ops| {
             for _ in 0..ops {
                 net::send(&a, data, SendFlags::NOSIGNAL)?;
@@ -437,13 +448,18 @@ fn floor(data: &[u8]) -> Result<Ops<'_, Error>> {
             Ok(())
         }));
     }
-    let mut staging = data.to_vec();
-    let mut out = data.to_vec();
+    let header = [0u8; 40];
+    let mut got = [MaybeUninit::<u8>::uninit(); 40];
+    let mut pair = CopyPair::new(data.len(), APART, 7);
     Ok(Box::new(move |ops| {
         for _ in 0..ops {
-            staging.copy_from_slice(black_box(data));
-            out.copy_from_slice(black_box(&staging));
-            black_box(&mut out);
+            net::send(&a, &header, SendFlags::NOSIGNAL)?;
+            black_box(net::recv(&b, &mut got[..], RecvFlags::empty())?);
+            let (src, dst) = pair.split();
+            dst.copy_from_slice(black_box(src));
+            let (dst, src) = pair.split_back();
+            dst.copy_from_slice(black_box(src));
+            black_box(&mut pair);
         }
         Ok(())
     }))

@@ -150,7 +150,7 @@ pub static SUITES: &[Suite] = &[
     },
     Suite {
         name: "ring",
-        about: "Seed 003: a ring of N threads (2, 4, 16) passing 1M messages over bounded(1), unbounded, bounded(0); plus chan::local in one thread",
+        about: "Seed 003: a ring of N threads (2, 4, 16) passing messages (1M with --full) over bounded(1), unbounded, bounded(0), with a futex hand-off floor for bounded(0); plus chan::local in one thread",
         args: no_args,
         run: ring::run,
     },
