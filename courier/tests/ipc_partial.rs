@@ -433,6 +433,8 @@ fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
             false => (Some(begin_fragmented(&raw, &body, 10, tag)), None),
             true => {
                 let region = region(body.len());
+                // In flight, as its sender marks it (`BUSY`).
+                pwrite(&region, &1u32.to_le_bytes(), 0).unwrap();
                 begin_streamed(&raw, &region, body.len(), tag);
                 fill(&region, &body, 0, 1000);
                 (None, Some(region))
@@ -445,6 +447,12 @@ fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
             matches!(failed, Err(TryRecvError::IpcError(IpcError::Io(_)))),
             "{failed:?}"
         );
+        if let Some(region) = &region {
+            // Given back to its sender, as after any failed copy.
+            let mut state = [0u8; 4];
+            rustix::io::pread(region, &mut state, 0).unwrap();
+            assert_eq!(u32::from_le_bytes(state) & 1, 0, "the region stayed busy");
+        }
         let next = pattern(100, 13);
         let mut small = header(0, 0, (next.len() + 1) as u64, 0, 0);
         small.extend_from_slice(&encoded(&next));

@@ -637,7 +637,8 @@ struct Resume {
     /// that stops or creeps still uses it up, in a set's reads as in a
     /// blocking receive.
     budget: Duration,
-    /// When a receive last got some of it (or the fetch began). A message
+    /// When a receive last got some of it (or when the receive that began
+    /// the fetch began, if none has). A message
     /// put aside fails, however much budget it has left, when a receive that
     /// may not block gets none of it a whole fragment timeout after that: a
     /// stalled message at the head of a rarely polled receiver must not hold
@@ -659,6 +660,14 @@ struct Resume {
     /// The byte string copied so far to a buffer of its own, and where it
     /// sits in the payload (`PausedCopy::split`).
     string: Option<(Layout, Vec<u8>)>,
+}
+
+/// `d` from now, or a century if that is past what an `Instant` holds (a
+/// fragment timeout may be set as long as `u64::MAX` milliseconds).
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// How long a receive that may not block (`try_recv`, a receiver set's
@@ -1187,7 +1196,7 @@ impl OsReceiver {
         let timeout = Config::global().fragment_timeout;
         let (deadline, last_got, mut paused, string, stalled) = match resume {
             Some(r) => (
-                Some(Instant::now() + r.budget),
+                Some(after(r.budget)),
                 Some(r.last_got),
                 r.copy,
                 r.string,
@@ -1200,9 +1209,9 @@ impl OsReceiver {
             !got && last_got.is_some_and(|last| now.saturating_duration_since(last) >= timeout)
         };
         // When this receive got some of it, or what it was before.
-        let last_got = |got: bool, now: Instant| match got {
+        let last_got = |got: bool, now: Instant, entered: Instant| match got {
             true => now,
-            false => last_got.unwrap_or(now),
+            false => last_got.unwrap_or(entered),
         };
         if let Some(copy) = &mut paused {
             // Go on with the string's own buffer if this receive predicts
@@ -1220,7 +1229,7 @@ impl OsReceiver {
                 split = None;
             }
         }
-        let deadline = || deadline.unwrap_or_else(|| Instant::now() + timeout);
+        let deadline = || deadline.unwrap_or_else(|| after(timeout));
         let pause = || match wait {
             Wait::Block => None,
             Wait::Poll => Some(Instant::now() + FETCH_SLICE),
@@ -1245,6 +1254,7 @@ impl OsReceiver {
             Body::Fragmented => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 let deadline = deadline();
+                let entered = deadline.checked_sub(timeout).unwrap_or(deadline);
                 let before = dst.len();
                 if dst.len() < total && !recv_fragments(&carrier, dst, total, deadline, pause())? {
                     let now = Instant::now();
@@ -1255,7 +1265,7 @@ impl OsReceiver {
                     fds.push(carrier);
                     let resume = Resume {
                         budget: deadline.saturating_duration_since(now),
-                        last_got: last_got(got, now),
+                        last_got: last_got(got, now, entered),
                         paused_at: now,
                         stalled: !got,
                         copy: None,
@@ -1268,6 +1278,7 @@ impl OsReceiver {
             Body::SharedMemory | Body::Kept => {
                 in_packet = 0;
                 let deadline = deadline();
+                let entered = deadline.checked_sub(timeout).unwrap_or(deadline);
                 // Reborrowed: a paused copy takes the string back out.
                 let reborrow = split.as_mut().map(|s| Split {
                     layout: s.layout,
@@ -1289,21 +1300,22 @@ impl OsReceiver {
                             .copy_out(carrier, header.tag, span(deadline), dst, reborrow)
                     }
                 };
-                Some((progress?, deadline))
+                Some((progress?, deadline, entered))
             }
         };
         match progress {
-            Some((Progress::Done(split), _)) => split_off = split,
-            Some((Progress::Paused(copy), deadline)) => {
+            Some((Progress::Done(split), ..)) => split_off = split,
+            Some((Progress::Paused(copy), deadline, entered)) => {
                 let now = Instant::now();
                 if given_up(copy.progressed, now) {
+                    state.regions.give_up(copy);
                     return Err(WireError::FragmentTimeout.into());
                 }
                 let string =
                     (split.filter(|_| copy.split)).map(|s| (s.layout, std::mem::take(s.string)));
                 let resume = Resume {
                     budget: deadline.saturating_duration_since(now),
-                    last_got: last_got(copy.progressed, now),
+                    last_got: last_got(copy.progressed, now, entered),
                     paused_at: now,
                     stalled: !copy.progressed,
                     copy: Some(copy),

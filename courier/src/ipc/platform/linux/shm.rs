@@ -732,6 +732,22 @@ struct Held {
 }
 
 impl Held {
+    /// Marks the region done with by the message copied out of it: held
+    /// (the receiver keeps it, and says how far it maps it) or free.
+    fn done_with(&self) {
+        let map = &self.map;
+        let state = match self.held {
+            Some(_) => {
+                map.mapped().store(map.len as u64, Ordering::Relaxed);
+                HELD
+            }
+            None => FREE,
+        };
+        // SYNC POINT: sender's `Acquire` in `Region::claim`: the copy is
+        // done before the sender may overwrite the payload.
+        map.state().store(state, Ordering::Release);
+    }
+
     /// Whether the receiver may unmap the region now: no message can name it.
     fn releasable(&self) -> bool {
         self.held.is_none() || self.map.release()
@@ -1049,18 +1065,29 @@ impl MapCache {
             // held whatever it says): this one was named for the last time.
             entry.held = None;
         }
-        let state = match entry.held {
-            Some(_) => {
-                map.mapped().store(map.len as u64, Ordering::Relaxed);
-                HELD
-            }
-            None => FREE,
-        };
-        // SYNC POINT: sender's `Acquire` in `Region::claim`: the copy above
-        // is done before the sender may overwrite the payload. (Also after a
-        // failed copy: the region is no use to this message any more.)
-        map.state().store(state, Ordering::Release);
+        // (Also after a failed copy: the region is no use to this message
+        // any more.)
+        entry.done_with();
         copied.map(Copied::into_progress)
+    }
+
+    /// Gives up a copy that paused, for a message that failed meanwhile:
+    /// the region goes back to its sender as after a failed copy.
+    pub(crate) fn give_up(&mut self, paused: PausedCopy) {
+        let PausedCopy {
+            key, token, own, ..
+        } = paused;
+        match own {
+            // SYNC POINT: sender's `Acquire` in `Region::claim`.
+            Some(map) => map.state().store(FREE, Ordering::Release),
+            None => {
+                if let Some(entry) =
+                    (self.entries.iter()).find(|e| e.key == key && e.token == token)
+                {
+                    entry.done_with();
+                }
+            }
+        }
     }
 
     /// Empties the cache for a receiver that moves to another process: the
