@@ -619,7 +619,10 @@ impl Ready {
             Body::Inline | Body::Fragmented => Some(Parked::new(header, data, fds)),
             Body::Kept => Some(Parked::new(header, Vec::new(), fds)),
             Body::SharedMemory => {
-                fds.push(resume.copy?.fd?);
+                // Always kept for a copy that may pause (`shm::hold`).
+                let fd = resume.copy.and_then(|copy| copy.fd);
+                debug_assert!(fd.is_some(), "a paused region copy without its descriptor");
+                fds.push(fd?);
                 Some(Parked::new(header, Vec::new(), fds))
             }
         }

@@ -1326,7 +1326,13 @@ unsafe fn copy_raw(
     let mut split = split.filter(fits);
     // Room for all of it first: a stream arrives in pieces.
     match &mut split {
-        _ if from > 0 => {}
+        // Going on: room was made before, but for the payload alone if the
+        // string was put back in place since (`dst` then holds it too).
+        _ if from > 0 => {
+            if split.is_none() {
+                reserve(dst, total.saturating_sub(dst.len()))?;
+            }
+        }
         Some(s) => {
             s.string.clear();
             reserve(s.string, s.layout.len)?;
