@@ -630,6 +630,43 @@ fn the_in_flight_bound_counts_message_bytes() {
     );
 }
 
+/// A region message the receiver refuses (over its size limit) hands its
+/// region back to the sender: it is not counted in flight for good, so the
+/// next large messages still go by region (here, with a bound that holds
+/// one of them, the second would otherwise be fragmented, and refused
+/// while its sender waits, which fails that send).
+#[test]
+fn a_refused_region_message_gives_its_region_back() {
+    let _check = fd_check();
+    with_config(
+        |c| c.max_region_bytes_in_flight = 3 << 20,
+        || {
+            let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+            rx.set_max_message_size(1 << 20);
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let sender = std::thread::spawn(move || {
+                (0..4u8)
+                    .map(|i| {
+                        let sent = tx.send(pattern(2 << 20, i)).map_err(|e| e.to_string());
+                        go_rx.recv().unwrap();
+                        sent
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for i in 0..4 {
+                let refused = expect_wire_error(rx.recv(), "a message over the limit");
+                assert!(
+                    matches!(refused, Some(WireError::TooLarge { .. })),
+                    "message {i}: {refused:?}"
+                );
+                go_tx.send(()).unwrap();
+            }
+            let sent = sender.join().unwrap();
+            assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+        },
+    );
+}
+
 #[test]
 fn fragmented_messages_when_regions_are_off() {
     let _check = fd_check();

@@ -1157,12 +1157,15 @@ impl OsReceiver {
                     let ours = PacketKind::of(next) == Ok(PacketKind::Fds)
                         && FdPacket::decode(next).is_ok_and(|p| p.tag == tag);
                     if ours {
-                        // Read without a control buffer, the descriptors are
-                        // closed by the kernel (`Skip`); with one, by `attach`.
+                        // With a control buffer, so that `attach` gets the
+                        // descriptors (and hands a region back to its sender)
+                        // before it closes them.
                         let mut none = Vec::new();
-                        if let Ok(Read::Fds(packet, fds, truncated)) =
-                            self.read(state, &mut none, None, limit, true)
-                        {
+                        let read = with_scratch(|scratch| {
+                            let scratch = &mut scratch[HEADER_LEN..];
+                            self.read_scatter(scratch, &mut none, limit, true, true)
+                        });
+                        if let Ok(Read::Fds(packet, fds, truncated)) = read {
                             let _ = state.attach(packet, fds, truncated);
                         }
                     }
@@ -1662,6 +1665,11 @@ impl RecvState {
         let Some(i) = self.waiting.iter().position(|m| m.header.tag == packet.tag) else {
             if let Some(i) = self.refused.iter().position(|&t| t == packet.tag) {
                 self.refused.remove(i);
+                // A refused region message's region (its carrier, last) goes
+                // back to its sender, which counts it in flight until then.
+                if let Some(carrier) = fds.last() {
+                    shm::release_refused(carrier.as_fd());
+                }
                 return Ok(()); // dropping `fds` closes them
             }
             return Err(match truncated {

@@ -70,9 +70,11 @@
 //! region named by a message in flight is never unmapped before the message
 //! is read. A region passed by descriptor is `BUSY` without `HELD`: its
 //! message brings the descriptor, so the receiver may unmap it meanwhile,
-//! and a message of that kind that is never read (refused, given up) pins
-//! nothing in the receiver (its sender counts it in flight, and keeps its
-//! memory, until the channel fails: see `Sent`). A receiver that moves to another process takes the regions it
+//! and a message of that kind that is never read pins nothing in the
+//! receiver; a refused one's region goes back to its sender
+//! ([`release_refused`]), while one given up (its descriptor never came)
+//! stays counted in flight by its sender, memory and all, until the channel
+//! fails (see `Sent`). A receiver that moves to another process takes the regions it
 //! cannot let go of along, descriptors and all (`take_kept`). Held regions
 //! and regions made for medium messages each keep a descriptor open, so a
 //! process keeps at most [`MAX_KEPT_FDS`] of each; past that it falls back
@@ -531,10 +533,10 @@ struct Regions {
 /// A region let go of by its pool (the pool keeps [`POOL_REGIONS`]) while
 /// its message may be unread: its first page, mapped to watch the state
 /// word, and the message's extent. The mapping keeps the whole region's
-/// memory alive until the receiver has copied the message out (its `BUSY`
-/// bit clear), or the channel fails ([`Pool::forget_sent`]); a message the
-/// receiver never reads (refused, given up) keeps it until then, counted,
-/// which the bound limits.
+/// memory alive until the receiver has copied the message out or refused it
+/// (its `BUSY` bit clear), or the channel fails ([`Pool::forget_sent`]); a
+/// message the receiver gives up without its descriptor keeps it until
+/// then, counted, which the bound limits.
 struct Sent {
     first_page: Mapping,
     extent: usize,
@@ -1141,6 +1143,26 @@ impl MapCache {
             map,
         });
         Ok(())
+    }
+}
+
+/// Hands back to its sender the region `fd` of a message this receiver
+/// refused: the message will never be copied out, and its sender counts the
+/// region in flight while it is busy ([`Config::max_region_bytes_in_flight`]).
+/// Anything but a sealed shared-memory region (a fragment carrier, or
+/// whatever a peer sent) is left alone, as is a region not marked busy.
+pub(crate) fn release_refused(fd: BorrowedFd<'_>) {
+    // Seals before size, as in `MapCache::copy_out`.
+    let sealed = fs::fcntl_get_seals(fd)
+        .is_ok_and(|seals| seals.contains(SealFlags::SHRINK | SealFlags::GROW));
+    if !sealed || not_hugetlbfs(fd).is_err() {
+        return;
+    }
+    let long_enough = fs::fstat(fd).is_ok_and(|st| st.st_size >= PAGE as i64);
+    if let (true, Ok(map)) = (long_enough, Mapping::map(fd, PAGE)) {
+        // SYNC POINT: sender's `Acquire` in `Region::claim` (nothing of the
+        // payload was read).
+        let _ = (map.state()).compare_exchange(BUSY, FREE, Ordering::Release, Ordering::Relaxed);
     }
 }
 
