@@ -15,14 +15,11 @@ use courier::ipc::{
     self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer,
     IpcReceiver, IpcSender, LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
 };
-use rustix::net::{
-    self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
-    SocketType,
-};
+use rustix::net::{self, AddressFamily, SendFlags, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
 mod common;
-use common::wire::{header, seqpacket_pair, wire_error};
+use common::wire::{fd_packet, header, raw_send, seqpacket_pair, wire_error};
 use common::{fd_check, open_fds};
 
 /// Runs `f` with the process-wide configuration changed, then restores it
@@ -1003,28 +1000,6 @@ fn many_threads_share_one_sender() {
 fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
     let (a, b) = seqpacket_pair();
     (a, IpcBytesReceiver::from(b))
-}
-
-/// A descriptor packet naming `count` descriptors of the message `tag`.
-fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(16);
-    p.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
-    p.extend_from_slice(&count.to_le_bytes());
-    p.extend_from_slice(&tag.to_le_bytes());
-    p
-}
-
-fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
-    net::sendmsg(
-        fd,
-        &[IoSlice::new(bytes)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )
-    .unwrap();
 }
 
 fn expect_wire_error<T: std::fmt::Debug>(

@@ -18,11 +18,11 @@ use courier::ipc::{
 };
 use rustix::fs::{self, MemfdFlags, SealFlags};
 use rustix::io::pwrite;
-use rustix::net::{self, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use rustix::net::{self, SendFlags};
 
 mod common;
 use common::fd_check;
-use common::wire::{header, seqpacket_pair};
+use common::wire::{fd_packet, header, raw_send, seqpacket_pair};
 
 /// Where a region's payload starts, and where its header says how far a
 /// streamed payload is filled (the `shm` module's layout).
@@ -55,28 +55,6 @@ fn encoded(data: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(data);
     out
-}
-
-/// A descriptor packet naming `count` descriptors of the message `tag`.
-fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(16);
-    p.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
-    p.extend_from_slice(&count.to_le_bytes());
-    p.extend_from_slice(&tag.to_le_bytes());
-    p
-}
-
-fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
-    net::sendmsg(
-        fd,
-        &[std::io::IoSlice::new(bytes)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )
-    .unwrap();
 }
 
 /// Announces on `raw` a fragmented message of `body`'s length tagged `tag`,

@@ -5,7 +5,10 @@
 use std::os::fd::OwnedFd;
 
 use courier::ipc::WireError;
-use rustix::net::{self, AddressFamily, SocketFlags, SocketType};
+use rustix::net::{
+    self, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
+    SocketType,
+};
 
 /// A `SOCK_SEQPACKET` socketpair: one end for a courier receiver, the other
 /// for the test to write raw packets into.
@@ -37,4 +40,27 @@ pub fn wire_error(e: &std::io::Error) -> Option<WireError> {
     e.get_ref()
         .and_then(|e| e.downcast_ref::<WireError>())
         .copied()
+}
+
+/// A descriptor packet naming `count` descriptors of the message `tag`.
+pub fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(16);
+    p.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    p.extend_from_slice(&count.to_le_bytes());
+    p.extend_from_slice(&tag.to_le_bytes());
+    p
+}
+
+/// Sends `bytes` as one packet on `fd`, with `fds` attached.
+pub fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
+    net::sendmsg(
+        fd,
+        &[std::io::IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
 }
