@@ -57,6 +57,12 @@ fn encoded(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A typed receiver of byte vectors, and the raw socket its peer writes.
+fn raw_typed() -> (OwnedFd, IpcReceiver<Vec<u8>>) {
+    let (raw, end) = seqpacket_pair();
+    (raw, IpcReceiver::from(end))
+}
+
 /// Announces on `raw` a fragmented message of `body`'s length tagged `tag`,
 /// with its first `inline` bytes; returns the carrier's other end, on which
 /// the rest is to be sent.
@@ -191,8 +197,7 @@ fn a_set_goes_on_past_a_streamed_message_not_yet_written() {
 #[test]
 fn a_typed_receive_that_may_not_block_goes_on_where_it_stopped() {
     let _check = fd_check();
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     let len = 2 << 20;
     let region = region(len + 10);
 
@@ -244,8 +249,7 @@ fn a_typed_receive_that_may_not_block_goes_on_where_it_stopped() {
 #[test]
 fn a_receiver_moved_mid_copy_takes_the_message_whole() {
     let _check = fd_check();
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     let data = pattern(3 << 20, 4);
     let body = encoded(&data);
     let region = region(body.len());
@@ -295,8 +299,7 @@ impl Drop for FragmentTimeout {
 #[test]
 fn a_message_put_aside_still_fails_at_the_fragment_timeout() {
     let _check = fd_check();
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     let timeout = FragmentTimeout::set(Duration::from_millis(300));
     let body = encoded(&pattern(100_000, 7));
     let feed = begin_fragmented(&raw, &body, 10, 96);
@@ -329,8 +332,7 @@ fn a_message_put_aside_still_fails_at_the_fragment_timeout() {
 fn a_message_that_came_whole_meanwhile_is_not_timed_out() {
     let _check = fd_check();
     let _timeout = FragmentTimeout::set(Duration::from_millis(200));
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
 
     let streamed = pattern(2 << 20, 9);
     let body = encoded(&streamed);
@@ -360,8 +362,7 @@ fn a_message_that_came_whole_meanwhile_is_not_timed_out() {
 #[test]
 fn a_stream_that_creeps_does_not_hold_a_try_recv() {
     let _check = fd_check();
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     let body = encoded(&pattern(16 << 20, 11));
     let region = region(body.len());
     begin_streamed(&raw, &region, body.len(), 100);
@@ -403,8 +404,7 @@ fn a_stream_that_creeps_does_not_hold_a_try_recv() {
 fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
     let _check = fd_check();
     let _timeout = FragmentTimeout::set(Duration::from_millis(500));
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     for (tag, streamed) in [(101, false), (102, true)] {
         let body = encoded(&pattern(300_000, 12));
         let (feed, region) = match streamed {
@@ -448,8 +448,7 @@ fn a_stalled_message_fails_by_the_clock_when_polled_rarely() {
 fn a_message_arriving_steadily_is_not_cut_off_between_rare_polls() {
     let _check = fd_check();
     let _timeout = FragmentTimeout::set(Duration::from_millis(200));
-    let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<u8>>::from(end);
+    let (raw, rx) = raw_typed();
     let data = pattern(3 << 20, 14);
     let body = encoded(&data);
     let feed = begin_fragmented(&raw, &body, 10, 103);
