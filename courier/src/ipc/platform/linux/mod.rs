@@ -1244,10 +1244,10 @@ impl OsReceiver {
         // Where a region's payload lies: `skew` bytes in, `total` long, and
         // for a streamed one, how long to wait for it.
         let alive = || self.senders_left();
-        let span = |deadline: Instant| Span {
+        let span = |deadline: Option<Instant>| Span {
             skew: usize::from(header.skew),
             total,
-            stream: header.streamed.then(|| Stream {
+            stream: deadline.map(|deadline| Stream {
                 deadline,
                 pause: pause(),
                 spin: !stalled,
@@ -1283,8 +1283,9 @@ impl OsReceiver {
             }
             Body::SharedMemory | Body::Kept => {
                 in_packet = 0;
-                let deadline = deadline();
-                let entered = deadline.checked_sub(timeout).unwrap_or(deadline);
+                // Only a streamed payload is waited for (no clock read for
+                // the others, medium messages included).
+                let deadline = header.streamed.then(deadline);
                 // Reborrowed: a paused copy takes the string back out.
                 let reborrow = split.as_mut().map(|s| Split {
                     layout: s.layout,
@@ -1306,12 +1307,15 @@ impl OsReceiver {
                             .copy_out(carrier, header.tag, span(deadline), dst, reborrow)
                     }
                 };
-                Some((progress?, deadline, entered))
+                Some((progress?, deadline))
             }
         };
         match progress {
             Some((Progress::Done(split), ..)) => split_off = split,
-            Some((Progress::Paused(copy), deadline, entered)) => {
+            Some((Progress::Paused(copy), deadline)) => {
+                // (Only a streamed copy pauses, so there is a deadline.)
+                let deadline = deadline.unwrap_or_else(|| after(timeout));
+                let entered = deadline.checked_sub(timeout).unwrap_or(deadline);
                 let now = Instant::now();
                 if given_up(copy.progressed, now) {
                     state.regions.give_up(copy);
