@@ -1,6 +1,6 @@
 //! Process-wide settings of the `ipc` layer.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 /// How a message too large for one packet travels.
@@ -70,7 +70,34 @@ pub struct Config {
     /// message larger than the bound still goes by region when nothing else
     /// is in flight.
     pub max_region_bytes_in_flight: u64,
+    /// How deeply a typed message's value may nest (default 128, as
+    /// `serde_json`'s limit): structs, enums, options, sequences and maps
+    /// within each other. Decoding recurses once per level, so without a
+    /// limit a message of a recursive type (a tree, a linked list) a few
+    /// hundred kilobytes long would overflow the receiving thread's stack;
+    /// past it, the message fails with [`WireError::TooDeep`].
+    ///
+    /// [`WireError::TooDeep`]: super::WireError::TooDeep
+    pub max_decode_depth: u32,
+    /// How much memory decoding a typed message may allocate, as a multiple
+    /// of the message's size (default 8), and never less than
+    /// [`DECODE_BUDGET_MIN`] (16 MiB). A message's size bounds what it
+    /// costs to receive, but not what it decodes to: an empty `Vec` is one
+    /// byte on the wire and 24 in memory, and a sequence of zero-sized
+    /// elements is no bytes at all. So decoding charges every sequence and
+    /// map element (its in-memory size, growing as the collection does) and
+    /// every string, and fails the message with [`WireError::DecodeBudget`]
+    /// before it would allocate more; no element count a peer claims is
+    /// trusted. Values behind a `Box` inside a collection's elements are
+    /// not charged (see SECURITY.md).
+    ///
+    /// [`WireError::DecodeBudget`]: super::WireError::DecodeBudget
+    pub decode_budget_factor: u32,
 }
+
+/// The smallest decoding budget a message gets, whatever its size (see
+/// [`Config::decode_budget_factor`]).
+pub const DECODE_BUDGET_MIN: u64 = 16 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -79,6 +106,8 @@ impl Default for Config {
             large_messages: LargeMessages::SharedMemory,
             fragment_timeout: Duration::from_secs(30),
             max_region_bytes_in_flight: 256 << 20,
+            max_decode_depth: 128,
+            decode_budget_factor: 8,
         }
     }
 }
@@ -87,6 +116,8 @@ static MAX_MESSAGE_SIZE: AtomicU64 = AtomicU64::new(1 << 30);
 static LARGE_MESSAGES: AtomicU8 = AtomicU8::new(0);
 static FRAGMENT_TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
 static REGION_BYTES_IN_FLIGHT: AtomicU64 = AtomicU64::new(256 << 20);
+static DECODE_DEPTH: AtomicU32 = AtomicU32::new(128);
+static DECODE_FACTOR: AtomicU32 = AtomicU32::new(8);
 
 // Relaxed everywhere below: each setting is an independent value, read at
 // the start of an operation; no other memory is published through them.
@@ -99,6 +130,8 @@ impl Config {
             large_messages: Self::large_messages_now(),
             fragment_timeout: Duration::from_millis(FRAGMENT_TIMEOUT_MS.load(Ordering::Relaxed)),
             max_region_bytes_in_flight: REGION_BYTES_IN_FLIGHT.load(Ordering::Relaxed),
+            max_decode_depth: DECODE_DEPTH.load(Ordering::Relaxed),
+            decode_budget_factor: DECODE_FACTOR.load(Ordering::Relaxed),
         }
     }
 
@@ -111,6 +144,20 @@ impl Config {
             .max(1);
         FRAGMENT_TIMEOUT_MS.store(ms, Ordering::Relaxed);
         REGION_BYTES_IN_FLIGHT.store(config.max_region_bytes_in_flight, Ordering::Relaxed);
+        DECODE_DEPTH.store(config.max_decode_depth, Ordering::Relaxed);
+        DECODE_FACTOR.store(config.decode_budget_factor, Ordering::Relaxed);
+    }
+
+    /// The limits on decoding a typed message of `len` bytes in force
+    /// ([`Config::max_decode_depth`], [`Config::decode_budget_factor`]).
+    pub(crate) fn decode_limits_now(len: usize) -> DecodeLimits {
+        let factor = u64::from(DECODE_FACTOR.load(Ordering::Relaxed));
+        DecodeLimits {
+            depth: DECODE_DEPTH.load(Ordering::Relaxed),
+            budget: factor
+                .saturating_mul(len as u64)
+                .max(DECODE_BUDGET_MIN),
+        }
     }
 
     /// [`Config::max_region_bytes_in_flight`] in force.
@@ -132,4 +179,13 @@ impl Config {
             _ => LargeMessages::Fragments,
         }
     }
+}
+
+/// What decoding one typed message may do (see [`Config::decode_limits_now`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodeLimits {
+    /// Levels of nesting.
+    pub depth: u32,
+    /// Bytes it may allocate.
+    pub budget: u64,
 }

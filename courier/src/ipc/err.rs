@@ -21,22 +21,62 @@ use std::fmt;
 use std::io;
 
 /// A message that could not be encoded or decoded: the format rejected the
-/// value or the bytes, or a channel inside a message was missing, used twice
-/// or out of range.
+/// value or the bytes, a channel inside a message was missing, used twice,
+/// out of range or not a channel, or the message broke a decoding limit.
+///
+/// Where the fault is the peer's (a malformed or hostile message), the
+/// precise cause is a [`WireError`], given by [`SerDeError::wire_error`]
+/// and as the error's `source`.
 #[derive(Debug)]
-pub struct SerDeError(pub(crate) postcard::Error);
+pub struct SerDeError(pub(crate) SerDeRepr);
 
-impl fmt::Display for SerDeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "serialization error: {}", self.0)
+#[derive(Debug)]
+pub(crate) enum SerDeRepr {
+    /// postcard's own error.
+    Format(postcard::Error),
+    /// A fault courier found while decoding (a limit, a descriptor).
+    Peer(WireError),
+}
+
+impl SerDeError {
+    /// The peer's fault, if this error is one courier could name: a decoding
+    /// limit ([`WireError::TooDeep`], [`WireError::DecodeBudget`]) or a
+    /// descriptor that is no channel end ([`WireError::BadDescriptor`]).
+    pub fn wire_error(&self) -> Option<WireError> {
+        match self.0 {
+            SerDeRepr::Peer(e) => Some(e),
+            SerDeRepr::Format(_) => None,
+        }
     }
 }
 
-impl std::error::Error for SerDeError {}
+impl fmt::Display for SerDeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            SerDeRepr::Format(e) => write!(f, "serialization error: {e}"),
+            SerDeRepr::Peer(e) => write!(f, "serialization error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SerDeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            SerDeRepr::Format(e) => Some(e),
+            SerDeRepr::Peer(e) => Some(e),
+        }
+    }
+}
 
 impl From<postcard::Error> for SerDeError {
     fn from(e: postcard::Error) -> Self {
-        SerDeError(e)
+        SerDeError(SerDeRepr::Format(e))
+    }
+}
+
+impl From<WireError> for SerDeError {
+    fn from(e: WireError) -> Self {
+        SerDeError(SerDeRepr::Peer(e))
     }
 }
 
@@ -210,6 +250,30 @@ pub enum WireError {
     /// sender died between sending the message and its descriptors, or
     /// never sent them).
     DescriptorsMissing,
+    /// A descriptor in the message cannot be what its place in the message
+    /// says: an index out of range or used twice, or a channel end that is
+    /// not a connected `SOCK_SEQPACKET` Unix socket.
+    BadDescriptor(&'static str),
+    /// The message's value nests deeper than the decoding depth limit
+    /// ([`Config::max_decode_depth`](super::Config::max_decode_depth)).
+    TooDeep {
+        /// The limit in force.
+        limit: u32,
+    },
+    /// Decoding the message would allocate more than its decoding budget
+    /// ([`Config::decode_budget_factor`](super::Config::decode_budget_factor)
+    /// times its size): element counts, strings and collections are charged
+    /// as they are decoded, so no length a peer claims is trusted.
+    DecodeBudget {
+        /// The budget of this message, in bytes.
+        limit: u64,
+    },
+    /// Memory for the message could not be reserved (the allocator refused
+    /// a reservation of this many bytes); nothing of it was kept.
+    OutOfMemory {
+        /// The reservation that failed, in bytes.
+        requested: u64,
+    },
 }
 
 impl fmt::Display for WireError {
@@ -240,6 +304,17 @@ impl fmt::Display for WireError {
             ),
             WireError::FragmentTimeout => f.write_str("fragment stream stalled"),
             WireError::DescriptorsMissing => f.write_str("announced descriptors never arrived"),
+            WireError::BadDescriptor(why) => write!(f, "bad descriptor in message: {why}"),
+            WireError::TooDeep { limit } => {
+                write!(f, "message nests deeper than the decoding limit of {limit}")
+            }
+            WireError::DecodeBudget { limit } => write!(
+                f,
+                "decoding the message would allocate more than its budget of {limit} bytes"
+            ),
+            WireError::OutOfMemory { requested } => {
+                write!(f, "could not reserve {requested} bytes for the message")
+            }
         }
     }
 }

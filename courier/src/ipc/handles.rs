@@ -41,11 +41,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
-use serde::de::Error as _;
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::bytes_seq;
+use super::config::Config;
 use super::err::SerDeError;
 use super::err::WireError;
 use super::platform::{Backlog, OsReceiver, SharedRegion};
@@ -408,10 +408,10 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     );
     // Every message goes through the adapter, even one too short to hold a
     // byte string worth splitting off: it is what reads a `Vec<u8>` field as
-    // one byte string (`bytes_seq`), which pays from a few dozen bytes. A
-    // message with no byte sequence pays ~50 instructions for it (callgrind,
-    // a 5-field struct).
-    split::deserialize(parts, seen)
+    // one byte string (`bytes_seq`), which pays from a few dozen bytes, and
+    // what bounds decoding (`split`'s limits). A message with no byte
+    // sequence pays ~50 instructions for it (callgrind, a 5-field struct).
+    split::deserialize(parts, seen, Config::decode_limits_now(own))
 }
 
 /// Writes a channel end as the index of its descriptor in the outgoing table.
@@ -500,16 +500,28 @@ pub(crate) fn serialize_receiver<S: Serializer>(
     written
 }
 
-/// Checks that a received descriptor can be a channel end, a `SOCK_SEQPACKET`
-/// Unix socket: a peer may send any descriptor in its place, and this names
-/// the fault when the message is read rather than at the end's first use
-/// (two `getsockopt` calls a channel end received).
-pub(crate) fn check_channel_end<E: serde::de::Error>(fd: &OwnedFd) -> Result<(), E> {
+/// Checks that a descriptor can be a channel end: a `SOCK_SEQPACKET` Unix
+/// socket connected to a peer. A peer may send any descriptor in an end's
+/// place, and this names the fault when the message is read rather than at
+/// the end's first use (a `getsockopt` and a `getpeername` a channel end
+/// received). An unconnected or listening socket passes for one by type
+/// alone, and then every read fails (`ENOTCONN`): never a message, never the
+/// end of the stream. (A socket whose peer is gone is still connected, and
+/// reads as disconnected, as it should.)
+pub(crate) fn check_channel_end(fd: BorrowedFd<'_>) -> Result<(), WireError> {
     use rustix::net::{sockopt, AddressFamily, SocketType};
-    match (sockopt::socket_domain(fd), sockopt::socket_type(fd)) {
-        (Ok(AddressFamily::UNIX), Ok(SocketType::SEQPACKET)) => Ok(()),
-        _ => Err(E::custom(
-            "a descriptor sent as a channel end is not a SOCK_SEQPACKET Unix socket",
+    if sockopt::socket_type(fd) != Ok(SocketType::SEQPACKET) {
+        return Err(WireError::BadDescriptor(
+            "a channel end is not a SOCK_SEQPACKET socket",
+        ));
+    }
+    match rustix::net::getpeername(fd) {
+        Ok(Some(peer)) if peer.address_family() == AddressFamily::UNIX => Ok(()),
+        Ok(_) => Err(WireError::BadDescriptor(
+            "a channel end is not a Unix socket",
+        )),
+        Err(_) => Err(WireError::BadDescriptor(
+            "a channel end is not connected (a listening or unconnected socket)",
         )),
     }
 }
@@ -519,11 +531,18 @@ pub(crate) fn deserialize_receiver<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<OsReceiver, D::Error> {
     let (fd, backlog) = <(Descriptor, Option<Backlog>)>::deserialize(deserializer)?;
-    check_channel_end(&fd.0)?;
+    check_channel_end(fd.0.as_fd()).map_err(split::fault)?;
     match backlog {
         None => Ok(OsReceiver::from_fd(fd.0)),
-        Some(backlog) => OsReceiver::with_backlog(fd.0, backlog)
-            .map_err(|e| D::Error::custom(format!("a moved receiver's backlog: {e}"))),
+        Some(backlog) => {
+            let charged = REGION_BUDGET.with(|b| {
+                let mut budget = b.get();
+                let receiver = OsReceiver::with_backlog(fd.0, backlog, &mut budget);
+                b.set(budget);
+                receiver
+            });
+            charged.map_err(split::fault)
+        }
     }
 }
 
@@ -562,17 +581,18 @@ pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
         let mut table = i.borrow_mut();
         let slot = table
             .as_mut()
-            .ok_or_else(|| D::Error::custom("no descriptors arrived with this message"))?
+            .ok_or(WireError::BadDescriptor(
+                "no descriptors arrived with this message",
+            ))?
             .get_mut(index)
-            .ok_or_else(|| D::Error::custom(format!("channel index {index} out of range")))?;
+            .ok_or(WireError::BadDescriptor("descriptor index out of range"))?;
         slot.take()
-            .ok_or_else(|| D::Error::custom(format!("channel index {index} used twice")))
+            .ok_or(WireError::BadDescriptor("descriptor index used twice"))
     });
-    taken.unwrap_or_else(|_| {
-        Err(D::Error::custom(
-            "a courier channel cannot be received while its thread's locals are torn down",
-        ))
-    })
+    let taken = taken.unwrap_or(Err(WireError::BadDescriptor(
+        "a courier channel cannot be received while its thread's locals are torn down",
+    )));
+    taken.map_err(split::fault)
 }
 
 /// Maps a shared-memory region whose descriptor arrived with the message

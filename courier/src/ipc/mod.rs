@@ -421,8 +421,12 @@ impl IpcBytesReceiver {
             .get()
             .unwrap_or_else(Config::max_message_size_now);
         // Sized as the last message, so that a steady stream of large
-        // messages is received in place with no extra copy.
-        let mut data = Vec::with_capacity(self.os.last_len().max(MIN_GUESS));
+        // messages is received in place with no extra copy. (Fallibly: the
+        // last message was the peer's choice, up to the size limit.)
+        let mut data = Vec::new();
+        if data.try_reserve_exact(self.os.last_len().max(MIN_GUESS)).is_err() {
+            data.reserve_exact(MIN_GUESS);
+        }
         let fds = self.os.recv_into(&mut data, wait, limit)?;
         // Bytes channels carry no channels; close whatever a peer attached.
         drop(fds);
@@ -696,6 +700,6 @@ fn serialize_sender<S: Serializer>(os: &OsSender, serializer: S) -> Result<S::Ok
 
 fn deserialize_sender<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OsSender, D::Error> {
     let fd = handles::deserialize_fd(deserializer)?;
-    handles::check_channel_end(&fd)?;
+    handles::check_channel_end(fd.as_fd()).map_err(split::fault)?;
     Ok(OsSender::from_fd(fd))
 }

@@ -243,6 +243,17 @@ impl IpcReceiverSet {
         }
     }
 
+    /// Takes the member `id` out of the set, reported closed.
+    fn close(&mut self, id: u64, results: &mut Vec<IpcSelectionResult>) {
+        if let Some(member) = self.members.remove(&id) {
+            // Closing the socket would drop it from the `epoll` set too;
+            // removing it first keeps an error here from leaving a stale
+            // entry.
+            let _ = self.poller.remove(member.os.fd());
+        }
+        results.push(IpcSelectionResult::ChannelClosed(id));
+    }
+
     /// Reads what the members in `self.keys` have.
     ///
     /// When several are ready, each is read until its socket is dry, as
@@ -260,8 +271,10 @@ impl IpcReceiverSet {
     /// is reported ready again by the next wait (`select_1of16`: 4 -> 3
     /// system calls a message).
     ///
-    /// A member whose read fails (a malformed message: its channel stays
-    /// usable) is left for this call and the others are read all the same,
+    /// A member whose socket fails leaves the set, reported closed, and the
+    /// failure is the select's error as below. A member whose read fails
+    /// otherwise (a malformed message: its channel stays usable) is left for
+    /// this call and the others are read all the same,
     /// so that a peer sending garbage cannot starve them; the first such
     /// error is returned at once if nothing was read, else kept for the next
     /// select (later ones in the same call are dropped: they are reports,
@@ -271,7 +284,8 @@ impl IpcReceiverSet {
         let several = self.keys.len() > 1;
         let mut results = Vec::new();
         let mut error = None;
-        for &id in &self.keys {
+        for i in 0..self.keys.len() {
+            let id = self.keys[i];
             let Some(member) = self.members.get_mut(&id) else {
                 continue;
             };
@@ -298,13 +312,16 @@ impl IpcReceiverSet {
                         break;
                     }
                     Err(RecvError::Disconnected) => {
-                        if let Some(member) = self.members.remove(&id) {
-                            // Closing the socket would drop it from the
-                            // `epoll` set too; removing it first keeps an
-                            // error here from leaving a stale entry.
-                            let _ = self.poller.remove(member.os.fd());
-                        }
-                        results.push(IpcSelectionResult::ChannelClosed(id));
+                        self.close(id, &mut results);
+                        break;
+                    }
+                    // The socket itself failed: it can never deliver again,
+                    // and level-triggered `epoll` would report it ready on
+                    // every wait. It leaves the set, closed, and the error
+                    // says why.
+                    Err(RecvError::Io(e)) => {
+                        self.close(id, &mut results);
+                        error.get_or_insert(e);
                         break;
                     }
                     Err(e) => {

@@ -15,7 +15,6 @@ use std::ops::Deref;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::handles::{self, Descriptor};
@@ -219,8 +218,7 @@ impl<'de> Deserialize<'de> for IpcSharedMemory {
         let Some(Descriptor(fd)) = Option::<Descriptor>::deserialize(deserializer)? else {
             return Ok(IpcSharedMemory::default());
         };
-        let region = handles::open_region(fd)
-            .map_err(|e| D::Error::custom(format!("a shared memory region: {e}")))?;
+        let region = handles::open_region(fd).map_err(super::split::fault)?;
         Ok(IpcSharedMemory::wrap(region))
     }
 }

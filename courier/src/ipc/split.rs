@@ -17,6 +17,16 @@
 //! messages that carry descriptors are never split.
 //!
 //! No `unsafe`: the detached string is never lent out as a slice, only moved.
+//!
+//! # Limits
+//! The adapter is also where decoding is bounded, since every nested value
+//! passes through it: a depth limit (each struct, enum, option, sequence or
+//! map within another is a level) and an allocation budget (each sequence
+//! and map element is charged its in-memory size as the collection would
+//! grow to hold it, each string its length). postcard has neither, and
+//! trusts the element counts it reads. A limit that trips records its
+//! [`WireError`] ([`fault`]), which the message's [`SerDeError`] then
+//! carries: postcard's own custom errors keep no message.
 
 use std::cell::{Cell, RefCell};
 
@@ -24,7 +34,26 @@ use postcard::de_flavors::Flavor;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, Visitor};
 
 use super::bytes_seq;
-use super::err::SerDeError;
+use super::config::DecodeLimits;
+use super::err::{SerDeError, WireError};
+
+thread_local! {
+    /// The first fault a limit or a descriptor check found in the message
+    /// being decoded (see [`fault`]).
+    static FAULT: Cell<Option<WireError>> = const { Cell::new(None) };
+}
+
+/// Records `fault` as the cause of the decoding error about to be returned
+/// (the first recorded wins: the errors that unwind after it are its
+/// consequences), and returns that error.
+pub(crate) fn fault<E: de::Error>(fault: WireError) -> E {
+    let _ = FAULT.try_with(|f| {
+        if f.get().is_none() {
+            f.set(Some(fault));
+        }
+    });
+    E::custom(fault)
+}
 
 /// A byte string at least this long is worth receiving into its own buffer
 /// (it matches `handles::DIRECT_MIN`, what a sender sends from the caller's
@@ -48,12 +77,29 @@ pub(crate) struct Parts<'a> {
 }
 
 /// Deserializes a `T` from `parts`, handing the detached string to the field
-/// that asks for it. Sets `seen` to the layout of the first large byte string
-/// met, to predict the next message's.
+/// that asks for it, within `limits`. Sets `seen` to the layout of the first
+/// large byte string met, to predict the next message's.
 pub(crate) fn deserialize<T: DeserializeOwned>(
     parts: Parts<'_>,
     seen: &Cell<Option<Layout>>,
+    limits: DecodeLimits,
 ) -> Result<T, SerDeError> {
+    // A `Deserialize` impl may receive a message of its own: its fault is
+    // its own, and the outer message's is kept for it.
+    let outer = FAULT.try_with(|f| f.take()).ok().flatten();
+    let result = deserialize_parts(parts, seen, limits);
+    let fault = FAULT.try_with(|f| f.replace(outer)).ok().flatten();
+    result.map_err(|e| match fault {
+        Some(fault) => SerDeError::from(fault),
+        None => SerDeError::from(e),
+    })
+}
+
+fn deserialize_parts<T: DeserializeOwned>(
+    parts: Parts<'_>,
+    seen: &Cell<Option<Layout>>,
+    limits: DecodeLimits,
+) -> Result<T, postcard::Error> {
     let Parts { head, string, tail } = parts;
     let state = State {
         head,
@@ -65,6 +111,10 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
         }),
         string: RefCell::new(string),
         seen: Cell::new(None),
+        depth: Cell::new(limits.depth),
+        max_depth: limits.depth,
+        budget: Cell::new(limits.budget),
+        max_budget: limits.budget,
     };
     let result = if state.split.is_some() {
         let mut postcard = postcard::Deserializer::from_flavor(Input { state: &state });
@@ -88,22 +138,29 @@ pub(crate) fn deserialize<T: DeserializeOwned>(
         }
         // The string was split off and no field took it: the prediction was
         // wrong (or the message is malformed, which the next pass reports).
-        // Put the string back where it was and start over.
+        // Put the string back where it was and start over, with a fresh
+        // budget and no fault.
         (Err(_), Some(string)) => {
-            let mut whole = Vec::with_capacity(head.len() + string.len() + tail.len());
+            let len = head.len() + string.len() + tail.len();
+            let mut whole = Vec::new();
+            if whole.try_reserve_exact(len).is_err() {
+                return Err(fault(WireError::OutOfMemory {
+                    requested: len as u64,
+                }));
+            }
             whole.extend_from_slice(head);
             whole.extend_from_slice(&string);
             whole.extend_from_slice(tail);
-            deserialize(
-                Parts {
-                    head: &whole,
-                    string: None,
-                    tail: &[],
-                },
-                seen,
-            )
+            drop(string);
+            let _ = FAULT.try_with(|f| f.set(None));
+            let parts = Parts {
+                head: &whole,
+                string: None,
+                tail: &[],
+            };
+            deserialize_parts(parts, seen, limits)
         }
-        (Err(e), None) => Err(e.into()),
+        (Err(e), None) => Err(e),
     }
 }
 
@@ -119,6 +176,47 @@ struct State<'p> {
     string: RefCell<Option<Vec<u8>>>,
     /// The first large byte string met.
     seen: Cell<Option<Layout>>,
+    /// Levels of nesting left, and the limit they started from.
+    depth: Cell<u32>,
+    max_depth: u32,
+    /// Bytes decoding may still allocate, and the budget it started with.
+    budget: Cell<u64>,
+    max_budget: u64,
+}
+
+impl State<'_> {
+    /// Goes one level deeper, if the depth limit allows.
+    #[inline]
+    fn enter<E: de::Error>(&self) -> Result<(), E> {
+        match self.depth.get().checked_sub(1) {
+            Some(left) => {
+                self.depth.set(left);
+                Ok(())
+            }
+            None => Err(fault(WireError::TooDeep {
+                limit: self.max_depth,
+            })),
+        }
+    }
+
+    #[inline]
+    fn leave(&self) {
+        self.depth.set(self.depth.get() + 1);
+    }
+
+    /// Takes `bytes` from the budget, if there are that many left.
+    #[inline]
+    fn charge<E: de::Error>(&self, bytes: u64) -> Result<(), E> {
+        match self.budget.get().checked_sub(bytes) {
+            Some(left) => {
+                self.budget.set(left);
+                Ok(())
+            }
+            None => Err(fault(WireError::DecodeBudget {
+                limit: self.max_budget,
+            })),
+        }
+    }
 }
 
 /// postcard's input: `head`, a gap the size of the detached string, `tail`.
@@ -217,6 +315,25 @@ macro_rules! forward_deserialize {
     )*};
 }
 
+/// As `forward_deserialize`, for the values that hold others: one level
+/// deeper while they are read.
+macro_rules! forward_nested {
+    ($($method:ident $(($($arg:ident: $ty:ty),*))?;)*) => {$(
+        fn $method<V: Visitor<'de>>(
+            self,
+            $($($arg: $ty,)*)?
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            let state = self.state;
+            state.enter()?;
+            let visitor = self.wrap(visitor);
+            let value = self.inner.$method($($($arg,)*)? visitor);
+            state.leave();
+            value
+        }
+    )*};
+}
+
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
     type Error = D::Error;
 
@@ -224,10 +341,14 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
         deserialize_any; deserialize_bool; deserialize_i8; deserialize_i16; deserialize_i32;
         deserialize_i64; deserialize_i128; deserialize_u8; deserialize_u16; deserialize_u32;
         deserialize_u64; deserialize_u128; deserialize_f32; deserialize_f64; deserialize_char;
-        deserialize_str; deserialize_string; deserialize_bytes; deserialize_option;
-        deserialize_unit; deserialize_map; deserialize_identifier;
+        deserialize_str; deserialize_string; deserialize_bytes;
+        deserialize_unit; deserialize_identifier;
         deserialize_ignored_any;
         deserialize_unit_struct(name: &'static str);
+    }
+
+    forward_nested! {
+        deserialize_option; deserialize_map;
         deserialize_newtype_struct(name: &'static str);
         deserialize_tuple(len: usize);
         deserialize_tuple_struct(name: &'static str, len: usize);
@@ -242,8 +363,12 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
             let bytes = self.deserialize_byte_buf(bytes_seq::ByteVec)?;
             return Ok(bytes_seq::into_value::<V>(bytes));
         }
+        let state = self.state;
+        state.enter()?;
         let visitor = self.wrap(visitor);
-        self.inner.deserialize_seq(visitor)
+        let value = self.inner.deserialize_seq(visitor);
+        state.leave();
+        value
     }
 
     /// The detached string if this is where it sits; notes where the first
@@ -334,6 +459,15 @@ macro_rules! forward_visit {
     )*};
 }
 
+macro_rules! charge_visit {
+    ($($method:ident($ty:ty);)*) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<Self::Value, E> {
+            self.state.charge(v.len() as u64)?;
+            self.inner.$method(v)
+        }
+    )*};
+}
+
 impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, '_, V> {
     type Value = V::Value;
 
@@ -345,8 +479,15 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, '_, V> {
         visit_bool(bool); visit_i8(i8); visit_i16(i16); visit_i32(i32); visit_i64(i64);
         visit_i128(i128); visit_u8(u8); visit_u16(u16); visit_u32(u32); visit_u64(u64);
         visit_u128(u128); visit_f32(f32); visit_f64(f64); visit_char(char);
-        visit_str(&str); visit_borrowed_str(&'de str); visit_string(String);
-        visit_bytes(&[u8]); visit_borrowed_bytes(&'de [u8]); visit_byte_buf(Vec<u8>);
+        visit_string(String); visit_byte_buf(Vec<u8>);
+    }
+
+    // A borrowed string becomes an owned one (the message is
+    // `DeserializeOwned`): charged its length. (An owned one was allocated
+    // by the receive, within the message's size.)
+    charge_visit! {
+        visit_str(&str); visit_borrowed_str(&'de str);
+        visit_bytes(&[u8]); visit_borrowed_bytes(&'de [u8]);
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -368,12 +509,12 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, '_, V> {
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        let seq = self.wrap(seq);
+        let seq = Elements::new(seq, self.state);
         self.inner.visit_seq(seq)
     }
 
     fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let map = self.wrap(map);
+        let map = Elements::new(map, self.state);
         self.inner.visit_map(map)
     }
 
@@ -392,13 +533,89 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Wrap<'_, '_, S> {
     }
 }
 
-impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Wrap<'_, '_, A> {
+/// A sequence's or a map's elements, each charged to the budget before it
+/// is read, as the collection that receives them would grow: serde's
+/// collections reserve what the sequence's length hint says (up to 1 MiB,
+/// its `size_hint::cautious`), then double. So the charge runs ahead of the
+/// allocation, and a collection stops growing before it overdraws. Each
+/// element costs at least a byte, so a claimed length of zero-sized
+/// elements (`HashSet<()>` with 2^60 of them, ten bytes on the wire) runs
+/// out of budget instead of spinning for ages.
+struct Elements<'a, 'p, A> {
+    inner: A,
+    state: &'a State<'p>,
+    /// The keys (or a sequence's elements), and a map's values.
+    keys: Growth,
+    values: Growth,
+}
+
+/// How far a collection's storage has been charged for.
+#[derive(Default)]
+struct Growth {
+    /// Elements read.
+    len: usize,
+    /// Elements the charged storage holds.
+    capacity: usize,
+}
+
+/// What serde's collections reserve up front at most (`size_hint::cautious`).
+const PREALLOCATED: usize = 1 << 20;
+
+impl Growth {
+    /// Charges room for one more element of `size` bytes, given the
+    /// sequence's length `hint`.
+    #[inline]
+    fn charge<E: de::Error>(
+        &mut self,
+        size: usize,
+        hint: Option<usize>,
+        state: &State<'_>,
+    ) -> Result<(), E> {
+        let size = size.max(1);
+        if self.len == self.capacity {
+            let capacity = match self.capacity {
+                0 => hint.unwrap_or(0).min(PREALLOCATED / size).max(1),
+                n => n.saturating_mul(2),
+            };
+            let more = (capacity - self.capacity) as u64;
+            state.charge(more.saturating_mul(size as u64))?;
+            self.capacity = capacity;
+        }
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl<'a, 'p, A> Elements<'a, 'p, A> {
+    fn new(inner: A, state: &'a State<'p>) -> Self {
+        Elements {
+            inner,
+            state,
+            keys: Growth::default(),
+            values: Growth::default(),
+        }
+    }
+
+    fn wrap<U>(&self, inner: U) -> Wrap<'a, 'p, U> {
+        Wrap {
+            inner,
+            state: self.state,
+        }
+    }
+}
+
+impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Elements<'_, '_, A> {
     type Error = A::Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, A::Error> {
+        if self.inner.size_hint() == Some(0) {
+            return Ok(None);
+        }
+        let hint = self.inner.size_hint();
+        (self.keys).charge(size_of::<T::Value>(), hint, self.state)?;
         let seed = self.wrap(seed);
         self.inner.next_element_seed(seed)
     }
@@ -408,18 +625,27 @@ impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Wrap<'_, '_, A> {
     }
 }
 
-impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for Wrap<'_, '_, A> {
+impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for Elements<'_, '_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
+        if self.inner.size_hint() == Some(0) {
+            return Ok(None);
+        }
+        let hint = self.inner.size_hint();
+        (self.keys).charge(size_of::<K::Value>(), hint, self.state)?;
         let seed = self.wrap(seed);
         self.inner.next_key_seed(seed)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        // (Used for the first value only, when the hint counts the entries
+        // after this one.)
+        let hint = self.inner.size_hint().map(|left| left + 1);
+        (self.values).charge(size_of::<V::Value>(), hint, self.state)?;
         let seed = self.wrap(seed);
         self.inner.next_value_seed(seed)
     }
@@ -486,7 +712,8 @@ mod tests {
     /// [`deserialize`], returning the layout it saw.
     fn de<T: DeserializeOwned>(parts: Parts<'_>) -> Result<(T, Option<Layout>), SerDeError> {
         let seen = Cell::new(None);
-        deserialize(parts, &seen).map(|value| (value, seen.get()))
+        let limits = crate::ipc::Config::decode_limits_now(0);
+        deserialize(parts, &seen, limits).map(|value| (value, seen.get()))
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]

@@ -138,7 +138,10 @@ impl From<Errno> for RecvError {
     fn from(e: Errno) -> Self {
         match e {
             Errno::AGAIN => RecvError::Empty,
-            Errno::CONNRESET => RecvError::Disconnected,
+            // (`NOTCONN`: a socket that was never connected, which no
+            // message can ever reach; ends are checked for it, but an end
+            // made from a raw descriptor is the caller's word.)
+            Errno::CONNRESET | Errno::NOTCONN => RecvError::Disconnected,
             e => RecvError::Io(e.into()),
         }
     }
@@ -764,8 +767,27 @@ impl Parked {
 
 /// Messages a receiver keeps waiting for their descriptors; past this, the
 /// oldest is given up (a peer announcing descriptors it never sends cannot
-/// make the receiver hold more).
+/// make the receiver hold more: each keeps at most one packet's bytes, so
+/// 64 of them about 13 MiB with Linux's default socket buffer).
 const MAX_WAITING: usize = 64;
+
+/// The bytes a message that waits for its descriptors keeps: `dst` itself
+/// (the usual case: no copy, and the buffer comes back with the message),
+/// unless its capacity is far beyond its length; then a copy of its bytes,
+/// and `dst` keeps its capacity for the next read.
+fn waiting_data(dst: &mut Vec<u8>) -> Result<Vec<u8>, RecvError> {
+    if dst.capacity() <= dst.len().max(4096).saturating_mul(2) {
+        return Ok(std::mem::take(dst));
+    }
+    let mut data = Vec::new();
+    data.try_reserve_exact(dst.len())
+        .map_err(|_| WireError::OutOfMemory {
+            requested: dst.len() as u64,
+        })?;
+    data.extend_from_slice(dst);
+    dst.clear();
+    Ok(data)
+}
 /// How long a message may wait for its descriptor packet (its sender died
 /// between the two sends, or never meant to send it).
 const DESCRIPTOR_WAIT: Duration = Duration::from_secs(10);
@@ -943,8 +965,14 @@ impl OsReceiver {
 
     /// A receiver on `fd` that first delivers `backlog` (see
     /// [`OsReceiver::take_backlog`]), which is checked like anything else
-    /// from a peer.
-    pub(crate) fn with_backlog(fd: OwnedFd, backlog: Backlog) -> Result<Self, WireError> {
+    /// from a peer. The regions it holds are charged to `budget`, what the
+    /// message that brought it may still map, and to the process's budget
+    /// for held regions.
+    pub(crate) fn with_backlog(
+        fd: OwnedFd,
+        backlog: Backlog,
+        budget: &mut u64,
+    ) -> Result<Self, WireError> {
         let limit = Config::max_message_size_now();
         let wire = |e: RecvError| match e {
             RecvError::Wire(e, _) => e,
@@ -988,9 +1016,13 @@ impl OsReceiver {
                 len: r.len,
                 fd: r.fd.0,
             };
-            // A region that cannot be held is left out: the messages that
-            // name it fail alone (`BadRegion`), not the whole receiver.
-            let _ = state.regions.hold(region, limit);
+            // A region the process cannot hold, or that fails its checks, is
+            // left out: the messages that name it fail alone (`BadRegion`),
+            // not the whole receiver. One over the message's budget fails it.
+            match state.regions.hold(region, budget) {
+                Ok(_) | Err(WireError::BadRegion) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(OsReceiver {
             fd,
@@ -1121,7 +1153,12 @@ impl OsReceiver {
                     return Ok((Vec::new(), split_off));
                 }
                 Read::Data(header, _) => {
-                    let data = std::mem::take(dst);
+                    // It keeps the bytes of its packet only, at most one
+                    // packet's worth, not the capacity of `dst`: a receive
+                    // buffer is sized from the last message (up to the size
+                    // limit), and each header announcing descriptors that
+                    // never come would pin another one.
+                    let data = waiting_data(dst)?;
                     state.waiting.push(Waiting {
                         header,
                         data,
@@ -1535,9 +1572,8 @@ impl OsReceiver {
         string.clear();
         string
             .try_reserve_exact(len)
-            .map_err(|_| WireError::TooLarge {
-                claimed: len as u64,
-                limit,
+            .map_err(|_| WireError::OutOfMemory {
+                requested: len as u64,
             })?;
         let (front, back) = scratch.split_at_mut(HEADER_LEN + at);
         let mut front = UbufMut::new(front);
@@ -1686,11 +1722,17 @@ impl RecvState {
         if truncated {
             return Err(WireError::ControlTruncated.into());
         }
-        if packet.count != header.nfds || fds.len() != header.nfds {
+        if fds.len() != header.nfds {
             return Err(WireError::UnexpectedFds {
                 announced: header.nfds,
                 received: fds.len(),
             }
+            .into());
+        }
+        if packet.count != header.nfds {
+            return Err(WireError::BadHeader(
+                "a descriptor packet's count contradicts its message's header",
+            )
             .into());
         }
         self.ready.push_back(Ready {
@@ -1774,10 +1816,10 @@ fn recv_fragments(
     deadline: Instant,
     pause: Option<Instant>,
 ) -> Result<bool, RecvError> {
-    dst.try_reserve_exact(total - dst.len())
-        .map_err(|_| WireError::TooLarge {
-            claimed: total as u64,
-            limit: dst.len() as u64,
+    let more = total - dst.len();
+    dst.try_reserve_exact(more)
+        .map_err(|_| WireError::OutOfMemory {
+            requested: more as u64,
         })?;
     let until = pause.map_or(deadline, |p| p.min(deadline));
     while dst.len() < total {
@@ -2026,7 +2068,7 @@ mod tests {
             }],
             ..Backlog::default()
         };
-        assert!(OsReceiver::with_backlog(rx.fd, forged).is_err());
+        assert!(OsReceiver::with_backlog(rx.fd, forged, &mut u64::MAX.clone()).is_err());
         let (_, rx) = channel().unwrap();
         let lying = Backlog {
             ready: vec![Parked {
@@ -2036,6 +2078,6 @@ mod tests {
             }],
             ..Backlog::default()
         };
-        assert!(OsReceiver::with_backlog(rx.fd, lying).is_err());
+        assert!(OsReceiver::with_backlog(rx.fd, lying, &mut u64::MAX.clone()).is_err());
     }
 }

@@ -177,35 +177,67 @@ const MAP_WHOLE: usize = 64 << 20;
 /// receiver maps a region without holding it (so its descriptor comes with
 /// every message, as before kept regions).
 const MAX_KEPT_FDS: usize = 64;
+/// Bytes of the regions this process's receivers hold, mapped, at most. A
+/// held region stays mapped while a kept message may name it, and a sender
+/// can pin it so (`HELD | BUSY` with no message): past this, regions are
+/// copied out and let go, as past [`MAX_KEPT_FDS`].
+const MAX_HELD_BYTES: usize = 1 << 30;
 /// Regions this process's senders keep for medium messages.
 static SENDER_FDS: AtomicUsize = AtomicUsize::new(0);
-/// Regions this process's receivers hold.
+/// Regions this process's receivers hold, and their mapped bytes.
 static HELD_FDS: AtomicUsize = AtomicUsize::new(0);
+static HELD_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// One descriptor counted against [`MAX_KEPT_FDS`] while this lives.
-struct Counted(&'static AtomicUsize);
+/// One descriptor (and, for a held region, its mapped bytes) counted
+/// against the process's budget while this lives.
+struct Counted {
+    count: &'static AtomicUsize,
+    /// Bytes counted in [`HELD_BYTES`].
+    bytes: usize,
+}
+
+/// Takes `n` of `counter` if that leaves it at most `max`.
+fn take_under(counter: &AtomicUsize, n: usize, max: usize) -> bool {
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+            now.checked_add(n).filter(|&after| after <= max)
+        })
+        .is_ok()
+}
 
 impl Counted {
-    /// A place under the budget, if there is one left.
-    fn try_new(count: &'static AtomicUsize) -> Option<Counted> {
-        count
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < MAX_KEPT_FDS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Counted(count))
+    /// A place for a sender's region under the budget, if there is one left.
+    fn sender() -> Option<Counted> {
+        // (`then`, not `then_some`: a `Counted` made and dropped unclaimed
+        // would give back a place it never took.)
+        take_under(&SENDER_FDS, 1, MAX_KEPT_FDS).then(|| Counted {
+            count: &SENDER_FDS,
+            bytes: 0,
+        })
     }
 
-    /// A place over the budget if need be (a region that must not be lost).
-    fn forced(count: &'static AtomicUsize) -> Counted {
-        count.fetch_add(1, Ordering::Relaxed);
-        Counted(count)
+    /// A place for a held region mapping `bytes`, under both budgets.
+    fn held(bytes: usize) -> Option<Counted> {
+        if !take_under(&HELD_FDS, 1, MAX_KEPT_FDS) {
+            return None;
+        }
+        if !take_under(&HELD_BYTES, bytes, MAX_HELD_BYTES) {
+            HELD_FDS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Counted {
+            count: &HELD_FDS,
+            bytes,
+        })
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        if self.bytes > 0 {
+            HELD_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
     }
 }
 
@@ -531,14 +563,14 @@ struct Regions {
 }
 
 /// A region let go of by its pool (the pool keeps [`POOL_REGIONS`]) while
-/// its message may be unread: its first page, mapped to watch the state
-/// word, and the message's extent. The mapping keeps the whole region's
-/// memory alive until the receiver has copied the message out or refused it
-/// (its `BUSY` bit clear), or the channel fails ([`Pool::forget_sent`]); a
-/// message the receiver gives up without its descriptor keeps it until
-/// then, counted, which the bound limits.
+/// its message may be unread: its mapping, which keeps the memory alive and
+/// shows the state word, and the message's extent. It is counted in flight
+/// until the receiver has copied the message out or refused it (its `BUSY`
+/// bit clear), or the channel fails ([`Pool::forget_sent`]); a message the
+/// receiver gives up without its descriptor keeps it until then, counted,
+/// which the bound limits. Then its pages are freed ([`discard`]).
 struct Sent {
-    first_page: Mapping,
+    map: Mapping,
     extent: usize,
 }
 
@@ -548,6 +580,28 @@ fn busy(map: &Mapping) -> bool {
     map.state().load(Ordering::Relaxed) & BUSY != 0
 }
 
+/// Frees the pages of a region the sender lets go of, then unmaps it:
+/// `madvise(MADV_REMOVE)`, a hole punched in the whole file.
+///
+/// Its receiver may keep the descriptor and a mapping as long as it likes,
+/// and it decides when the sender lets go of a region (its `BUSY` bit): were
+/// the pages left in place, a receiver that clears the bit early and keeps
+/// every descriptor would make its sender allocate a region per message,
+/// none of them ever freed. Punched, the region holds no memory of the
+/// sender's, whoever keeps it; a receiver that cleared the bit before it
+/// was done copying reads zeros, which only spoils its own message. A
+/// region the receiver writes into again is memory charged to the receiver.
+///
+/// # References
+/// * `madvise(2)`, `MADV_REMOVE`; `fallocate(2)`, `FALLOC_FL_PUNCH_HOLE`
+fn discard(map: Mapping) {
+    // SAFETY: the range is exactly our own mapping, which no Rust reference
+    // points into (its bytes are only copied raw, its header words read
+    // through atomics): removing its pages changes what it reads, never
+    // which memory is valid.
+    let _ = unsafe { mm::madvise(map.ptr.as_ptr().cast(), map.len, mm::Advice::LinuxRemove) };
+}
+
 impl Regions {
     /// Payload bytes of the messages the receiver has not copied out yet
     /// (forgetting, first, the regions it is done with). Payload bytes, not
@@ -555,13 +609,38 @@ impl Regions {
     /// counts as the message: the bound reads as bytes sent and not yet
     /// received.
     fn in_flight(&mut self) -> usize {
-        self.sent.retain(|s| busy(&s.first_page));
+        self.prune();
         let sent: usize = self.sent.iter().map(|s| s.extent).sum();
         let pooled: usize = (self.list.iter())
             .filter(|r| busy(&r.map))
             .map(|r| r.extent)
             .sum();
         sent + pooled
+    }
+
+    /// Frees the regions let go of whose message the receiver is done with.
+    fn prune(&mut self) {
+        let mut i = 0;
+        while i < self.sent.len() {
+            match busy(&self.sent[i].map) {
+                true => i += 1,
+                false => discard(self.sent.swap_remove(i).map),
+            }
+        }
+    }
+}
+
+impl Drop for Regions {
+    /// The pool's regions no message is in flight in are freed (a receiver
+    /// may keep them held); the others keep their messages, which the
+    /// receiver may still read, and their memory until it lets go.
+    fn drop(&mut self) {
+        for region in std::mem::take(&mut self.list) {
+            if !busy(&region.map) {
+                discard(region.map);
+            }
+        }
+        self.prune();
     }
 }
 
@@ -642,7 +721,7 @@ impl Pool {
                 if streak < FIRST_REGION_AFTER {
                     return Ok(None);
                 }
-                counted = Counted::try_new(&SENDER_FDS);
+                counted = Counted::sender();
                 if counted.is_none() {
                     return Ok(None);
                 }
@@ -696,26 +775,24 @@ impl Pool {
     /// hold it; its mapping keeps the memory alive until it is done).
     pub(crate) fn put(&self, region: Region) {
         let mut guard = self.lock();
-        guard.sent.retain(|s| busy(&s.first_page));
+        guard.prune();
         if guard.list.len() >= POOL_REGIONS {
-            let old = guard.list.remove(0);
-            if busy(&old.map) {
-                // Counted until the receiver is done with it. (A page that
-                // cannot be mapped leaves it uncounted: the bound is a
-                // safeguard, not an account.)
-                if let Ok(first_page) = Mapping::map(old.fd.as_fd(), PAGE) {
-                    let extent = old.extent;
-                    guard.sent.push(Sent { first_page, extent });
-                }
+            let Region { map, extent, .. } = guard.list.remove(0);
+            match busy(&map) {
+                // Counted, and its memory kept, until the receiver is done.
+                true => guard.sent.push(Sent { map, extent }),
+                false => discard(map),
             }
         }
         guard.list.push(region);
     }
 
-    /// Stops watching the regions let go of: the channel failed (its
-    /// receiver is gone), so none of their messages will be read.
+    /// Frees the regions let go of: the channel failed (its receiver is
+    /// gone), so none of their messages will be read.
     pub(crate) fn forget_sent(&self) {
-        self.lock().sent.clear();
+        for sent in std::mem::take(&mut self.lock().sent) {
+            discard(sent.map);
+        }
     }
 }
 
@@ -867,12 +944,17 @@ fn copy_once(
     copied.map(Copied::into_progress)
 }
 
-/// Holds the region `fd` in `held` if the budget allows; gives back what
-/// the copy keeps (`copy_from_last`'s `spare`): `fd` if it is not held, and
-/// if the copy may pause, `fd` itself while a duplicate is held (a
-/// duplicate that fails leaves the region unheld).
-fn hold(held: &mut Option<(OwnedFd, Counted)>, fd: OwnedFd, may_pause: bool) -> Option<OwnedFd> {
-    let Some(counted) = Counted::try_new(&HELD_FDS) else {
+/// Holds the region `fd`, mapped `len` bytes long, in `held` if the budget
+/// allows; gives back what the copy keeps (`copy_from_last`'s `spare`): `fd`
+/// if it is not held, and if the copy may pause, `fd` itself while a
+/// duplicate is held (a duplicate that fails leaves the region unheld).
+fn hold(
+    held: &mut Option<(OwnedFd, Counted)>,
+    fd: OwnedFd,
+    len: usize,
+    may_pause: bool,
+) -> Option<OwnedFd> {
+    let Some(counted) = Counted::held(len) else {
         return Some(fd);
     };
     if !may_pause {
@@ -926,7 +1008,7 @@ impl MapCache {
                 let mut entry = self.entries.remove(i);
                 entry.token = token;
                 let spare = match entry.held {
-                    None => hold(&mut entry.held, fd, span.may_pause()),
+                    None => hold(&mut entry.held, fd, entry.map.len, span.may_pause()),
                     Some(_) => Some(fd),
                 };
                 self.entries.push(entry);
@@ -948,7 +1030,7 @@ impl MapCache {
         }
         let mut held = None;
         // Over the budget: mapped for reuse, not held.
-        let spare = hold(&mut held, fd, span.may_pause());
+        let spare = hold(&mut held, fd, map.len, span.may_pause());
         self.entries.push(Held {
             key,
             token,
@@ -1062,11 +1144,6 @@ impl MapCache {
                 fd,
             }));
         }
-        if entry.held.is_some() && HELD_FDS.load(Ordering::Relaxed) > MAX_KEPT_FDS {
-            // Over the budget (regions that came with a moved receiver are
-            // held whatever it says): this one was named for the last time.
-            entry.held = None;
-        }
         // (Also after a failed copy: the region is no use to this message
         // any more.)
         entry.done_with();
@@ -1114,12 +1191,13 @@ impl MapCache {
             .collect()
     }
 
-    /// Holds `region` again, in the process a receiver moved to. The region
-    /// is checked as if it had just arrived.
-    pub(crate) fn hold(&mut self, region: KeptRegion, limit: u64) -> Result<(), WireError> {
-        if self.entries.len() >= CACHED_MAPPINGS {
-            return Err(WireError::BadRegion);
-        }
+    /// Holds `region` again, in the process a receiver moved to, if the
+    /// process's budget for held regions allows: else `Ok(false)`, and the
+    /// messages that name it fail alone ([`WireError::BadRegion`]). The
+    /// region is checked as if it had just arrived, and its mapping is
+    /// charged to `budget`, what the message that brought it may still map
+    /// (its receiver's size limit less what came before).
+    pub(crate) fn hold(&mut self, region: KeptRegion, budget: &mut u64) -> Result<bool, WireError> {
         // Seals before size, as in `copy_out`.
         let seals = fs::fcntl_get_seals(&region.fd).map_err(|_| WireError::BadRegion)?;
         not_hugetlbfs(region.fd.as_fd())?;
@@ -1128,21 +1206,32 @@ impl MapCache {
         let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
         let sane = seals.contains(SealFlags::SHRINK | SealFlags::GROW)
             && region.len <= size
-            && len > REGION_HEADER
-            && (len <= MAP_WHOLE
-                || region.len <= limit.saturating_add((REGION_HEADER + SKEW_ALIGN + PAGE) as u64));
+            && len > REGION_HEADER;
         if !sane {
             return Err(WireError::BadRegion);
         }
+        if region.len > *budget {
+            return Err(WireError::TooLarge {
+                claimed: region.len,
+                limit: *budget,
+            });
+        }
+        *budget -= region.len;
+        if self.entries.len() >= CACHED_MAPPINGS {
+            return Ok(false);
+        }
+        // Counted before it is mapped: over the process's budget, it is not.
+        let Some(counted) = Counted::held(len) else {
+            return Ok(false);
+        };
         let map = Mapping::map(region.fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
         self.entries.push(Held {
             key: (stat.st_dev, stat.st_ino),
             token: region.token,
-            // It must be held (messages on their way may name it), budget or not.
-            held: Some((region.fd, Counted::forced(&HELD_FDS))),
+            held: Some((region.fd, counted)),
             map,
         });
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -1383,10 +1472,8 @@ unsafe fn copy_raw(
 
 /// Makes room for `n` more bytes in `v`, exactly.
 fn reserve(v: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
-    v.try_reserve_exact(n).map_err(|_| WireError::TooLarge {
-        claimed: n as u64,
-        limit: 0,
-    })
+    v.try_reserve_exact(n)
+        .map_err(|_| WireError::OutOfMemory { requested: n as u64 })
 }
 
 /// Appends payload bytes `range` (the payload starts at `src`) where they
@@ -1429,10 +1516,8 @@ unsafe fn append_range(
 /// # Safety
 /// `src` must be valid for reads of `n` bytes and not overlap `dst`'s buffer.
 unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, n: usize) -> Result<(), WireError> {
-    dst.try_reserve_exact(n).map_err(|_| WireError::TooLarge {
-        claimed: n as u64,
-        limit: 0,
-    })?;
+    dst.try_reserve_exact(n)
+        .map_err(|_| WireError::OutOfMemory { requested: n as u64 })?;
     let spare = dst.spare_capacity_mut();
     // SAFETY: the caller vouches for `src`; `spare` has room for `n` bytes
     // (reserved above) and is memory of our own, so cannot overlap it.
