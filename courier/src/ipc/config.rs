@@ -154,9 +154,7 @@ impl Config {
         let factor = u64::from(DECODE_FACTOR.load(Ordering::Relaxed));
         DecodeLimits {
             depth: DECODE_DEPTH.load(Ordering::Relaxed),
-            budget: factor
-                .saturating_mul(len as u64)
-                .max(DECODE_BUDGET_MIN),
+            budget: factor.saturating_mul(len as u64).max(DECODE_BUDGET_MIN),
         }
     }
 

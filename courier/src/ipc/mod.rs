@@ -424,7 +424,10 @@ impl IpcBytesReceiver {
         // messages is received in place with no extra copy. (Fallibly: the
         // last message was the peer's choice, up to the size limit.)
         let mut data = Vec::new();
-        if data.try_reserve_exact(self.os.last_len().max(MIN_GUESS)).is_err() {
+        if data
+            .try_reserve_exact(self.os.last_len().max(MIN_GUESS))
+            .is_err()
+        {
             data.reserve_exact(MIN_GUESS);
         }
         let fds = self.os.recv_into(&mut data, wait, limit)?;

@@ -1472,8 +1472,9 @@ unsafe fn copy_raw(
 
 /// Makes room for `n` more bytes in `v`, exactly.
 fn reserve(v: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
-    v.try_reserve_exact(n)
-        .map_err(|_| WireError::OutOfMemory { requested: n as u64 })
+    v.try_reserve_exact(n).map_err(|_| WireError::OutOfMemory {
+        requested: n as u64,
+    })
 }
 
 /// Appends payload bytes `range` (the payload starts at `src`) where they
@@ -1517,7 +1518,9 @@ unsafe fn append_range(
 /// `src` must be valid for reads of `n` bytes and not overlap `dst`'s buffer.
 unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, n: usize) -> Result<(), WireError> {
     dst.try_reserve_exact(n)
-        .map_err(|_| WireError::OutOfMemory { requested: n as u64 })?;
+        .map_err(|_| WireError::OutOfMemory {
+            requested: n as u64,
+        })?;
     let spare = dst.spare_capacity_mut();
     // SAFETY: the caller vouches for `src`; `spare` has room for `n` bytes
     // (reserved above) and is memory of our own, so cannot overlap it.
