@@ -79,28 +79,72 @@ pub(crate) struct Parts<'a> {
 /// Deserializes a `T` from `parts`, handing the detached string to the field
 /// that asks for it, within `limits`. Sets `seen` to the layout of the first
 /// large byte string met, to predict the next message's.
+#[inline]
 pub(crate) fn deserialize<T: DeserializeOwned>(
     parts: Parts<'_>,
     seen: &Cell<Option<Layout>>,
     limits: DecodeLimits,
 ) -> Result<T, SerDeError> {
-    // A `Deserialize` impl may receive a message of its own: its fault is
-    // its own, and the outer message's is kept for it.
-    let outer = FAULT.try_with(|f| f.take()).ok().flatten();
-    let result = deserialize_parts(parts, seen, limits);
-    let fault = FAULT.try_with(|f| f.replace(outer)).ok().flatten();
-    result.map_err(|e| match fault {
-        Some(fault) => SerDeError::from(fault),
-        None => SerDeError::from(e),
-    })
+    // A fault left by a decode whose error a `Deserialize` impl caught must
+    // not name this one's.
+    let _ = FAULT.try_with(|f| f.set(None));
+    let Parts { head, string, tail } = parts;
+    let (result, string) = decode(head, string, tail, seen, limits);
+    match (result, string) {
+        (Ok(value), _) => Ok(value),
+        // The string was split off and no field took it: the prediction was
+        // wrong (or the message is malformed, which the next pass reports).
+        (Err(_), Some(string)) => deserialize_whole(head, string, tail, seen, limits),
+        (Err(e), None) => Err(with_fault(e)),
+    }
 }
 
-fn deserialize_parts<T: DeserializeOwned>(
-    parts: Parts<'_>,
+/// Puts a split-off string back where it was and deserializes the payload
+/// as one buffer, with a fresh budget and no fault.
+#[cold]
+#[inline(never)]
+fn deserialize_whole<T: DeserializeOwned>(
+    head: &[u8],
+    string: Vec<u8>,
+    tail: &[u8],
     seen: &Cell<Option<Layout>>,
     limits: DecodeLimits,
-) -> Result<T, postcard::Error> {
-    let Parts { head, string, tail } = parts;
+) -> Result<T, SerDeError> {
+    let len = head.len() + string.len() + tail.len();
+    let mut whole = Vec::new();
+    if whole.try_reserve_exact(len).is_err() {
+        let requested = len as u64;
+        return Err(WireError::OutOfMemory { requested }.into());
+    }
+    whole.extend_from_slice(head);
+    whole.extend_from_slice(&string);
+    whole.extend_from_slice(tail);
+    drop(string);
+    let _ = FAULT.try_with(|f| f.set(None));
+    decode(&whole, None, &[], seen, limits)
+        .0
+        .map_err(with_fault)
+}
+
+/// The error of a failed decode: the fault recorded, if any, else postcard's.
+#[cold]
+fn with_fault(e: postcard::Error) -> SerDeError {
+    match FAULT.try_with(Cell::take).ok().flatten() {
+        Some(fault) => fault.into(),
+        None => e.into(),
+    }
+}
+
+/// One pass over `head`, the string (split off, if given), and `tail`;
+/// gives the string back if no field took it.
+#[inline]
+fn decode<T: DeserializeOwned>(
+    head: &[u8],
+    string: Option<Vec<u8>>,
+    tail: &[u8],
+    seen: &Cell<Option<Layout>>,
+    limits: DecodeLimits,
+) -> (Result<T, postcard::Error>, Option<Vec<u8>>) {
     let state = State {
         head,
         tail,
@@ -131,37 +175,10 @@ fn deserialize_parts<T: DeserializeOwned>(
             state: &state,
         })
     };
-    match (result, state.string.take()) {
-        (Ok(value), _) => {
-            seen.set(state.seen.get());
-            Ok(value)
-        }
-        // The string was split off and no field took it: the prediction was
-        // wrong (or the message is malformed, which the next pass reports).
-        // Put the string back where it was and start over, with a fresh
-        // budget and no fault.
-        (Err(_), Some(string)) => {
-            let len = head.len() + string.len() + tail.len();
-            let mut whole = Vec::new();
-            if whole.try_reserve_exact(len).is_err() {
-                return Err(fault(WireError::OutOfMemory {
-                    requested: len as u64,
-                }));
-            }
-            whole.extend_from_slice(head);
-            whole.extend_from_slice(&string);
-            whole.extend_from_slice(tail);
-            drop(string);
-            let _ = FAULT.try_with(|f| f.set(None));
-            let parts = Parts {
-                head: &whole,
-                string: None,
-                tail: &[],
-            };
-            deserialize_parts(parts, seen, limits)
-        }
-        (Err(e), None) => Err(e),
+    if result.is_ok() {
+        seen.set(state.seen.get());
     }
+    (result, state.string.take())
 }
 
 /// What the input and the adapter share.
@@ -348,7 +365,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
     }
 
     forward_nested! {
-        deserialize_option; deserialize_map;
+        deserialize_option;
         deserialize_newtype_struct(name: &'static str);
         deserialize_tuple(len: usize);
         deserialize_tuple_struct(name: &'static str, len: usize);
@@ -365,8 +382,24 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrap<'_, '_, D> {
         }
         let state = self.state;
         state.enter()?;
-        let visitor = self.wrap(visitor);
+        let visitor = Collection {
+            inner: visitor,
+            state,
+        };
         let value = self.inner.deserialize_seq(visitor);
+        state.leave();
+        value
+    }
+
+    /// A map, its entries charged as they are read ([`Elements`]).
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        let state = self.state;
+        state.enter()?;
+        let visitor = Collection {
+            inner: visitor,
+            state,
+        };
+        let value = self.inner.deserialize_map(visitor);
         state.leave();
         value
     }
@@ -508,8 +541,10 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, '_, V> {
         self.inner.visit_newtype_struct(d)
     }
 
+    /// A struct's or a tuple's fields (a sequence's come through
+    /// [`Collection`]).
     fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        let seq = Elements::new(seq, self.state);
+        let seq = self.wrap(seq);
         self.inner.visit_seq(seq)
     }
 
@@ -530,6 +565,32 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Wrap<'_, '_, S> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
         let d = self.wrap(d);
         self.inner.deserialize(d)
+    }
+}
+
+/// The visitor of a sequence or a map (postcard visits structs and tuples
+/// as sequences too, whose fields are no allocation of their own): its
+/// elements are charged ([`Elements`]).
+struct Collection<'a, 'p, V> {
+    inner: V,
+    state: &'a State<'p>,
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Collection<'_, '_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let seq = Elements::new(seq, self.state);
+        self.inner.visit_seq(seq)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let map = Elements::new(map, self.state);
+        self.inner.visit_map(map)
     }
 }
 
@@ -616,6 +677,22 @@ impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Elements<'_, '_, A> {
         }
         let hint = self.inner.size_hint();
         (self.keys).charge(size_of::<T::Value>(), hint, self.state)?;
+        let seed = self.wrap(seed);
+        self.inner.next_element_seed(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Wrap<'_, '_, A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
         let seed = self.wrap(seed);
         self.inner.next_element_seed(seed)
     }
