@@ -1021,32 +1021,61 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
     inline_ok.extend_from_slice(b"abc");
     let mut claims_more = header(0, 0, 10, 0, 0);
     claims_more.extend_from_slice(b"abc");
-    // (packets, each with its descriptors, and what the receiver must say)
+    // (packets, each with its descriptors; what they are; what the receiver
+    // must say)
     type Case<'a> = (
         Vec<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'a>>)>,
         &'static str,
+        WireError,
     );
     let cases: Vec<Case<'_>> = vec![
-        (vec![(b"short".to_vec(), vec![])], "short packet"),
-        (vec![(vec![0xff; 64], vec![])], "bad magic"),
-        (vec![(header(7, 0, 0, 0, 0), vec![])], "unknown body"),
-        (vec![(claims_more, vec![])], "length mismatch"),
-        (vec![(header(0, 0, 1 << 40, 0, 0), vec![])], "huge claim"),
+        (
+            vec![(b"short".to_vec(), vec![])],
+            "short packet",
+            WireError::BadHeader("bad magic"),
+        ),
+        (
+            vec![(vec![0xff; 64], vec![])],
+            "bad magic",
+            WireError::BadHeader("bad magic"),
+        ),
+        (
+            vec![(header(7, 0, 0, 0, 0), vec![])],
+            "unknown body",
+            WireError::BadHeader("unknown body"),
+        ),
+        (
+            vec![(claims_more, vec![])],
+            "length mismatch",
+            WireError::Truncated,
+        ),
+        (
+            vec![(header(0, 0, 1 << 40, 0, 0), vec![])],
+            "huge claim",
+            WireError::TooLarge {
+                claimed: 1 << 40,
+                limit: 1 << 30,
+            },
+        ),
         (
             vec![(header(1, 0, 1 << 20, 0, 0), vec![])],
             "fragmented without carrier",
+            WireError::BadHeader("carrier descriptor missing"),
         ),
         (
             vec![(header(2, 0, 1 << 20, 0, 0), vec![])],
             "region without carrier",
+            WireError::BadHeader("carrier descriptor missing"),
         ),
         (
             vec![(header(3, 0, 100, 0, 0x5eed), vec![])],
             "a kept region nobody sent",
+            WireError::BadRegion,
         ),
         (
             vec![(header(3, 1, 100, 0, 0x5eed), vec![])],
             "a kept region with descriptors",
+            WireError::BadHeader("descriptors with a kept region"),
         ),
         (
             vec![(
@@ -1057,10 +1086,12 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
                 vec![],
             )],
             "a kept region with inline bytes",
+            WireError::Truncated,
         ),
         (
             vec![(fd_packet(1, 5), vec![pipe_r.as_fd()])],
             "descriptors nobody announced",
+            WireError::BadHeader("descriptor packet without a message"),
         ),
         (
             vec![
@@ -1068,6 +1099,7 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
                 (fd_packet(1, 6), vec![pipe_r.as_fd()]),
             ],
             "a pipe posing as a region",
+            WireError::BadRegion,
         ),
         (
             vec![
@@ -1075,6 +1107,7 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
                 (fd_packet(1, 7), vec![pipe_r.as_fd()]),
             ],
             "a pipe posing as a fragment socket",
+            WireError::Truncated,
         ),
         (
             vec![
@@ -1082,6 +1115,10 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
                 (fd_packet(2, 8), vec![pipe_r.as_fd(), pipe_w.as_fd()]),
             ],
             "more descriptors than announced",
+            WireError::UnexpectedFds {
+                announced: 1,
+                received: 2,
+            },
         ),
         (
             vec![
@@ -1089,25 +1126,26 @@ fn garbage_gives_typed_errors_and_the_channel_survives() {
                 (fd_packet(9, 10), vec![pipe_r.as_fd()]),
             ],
             "descriptors for another message",
+            WireError::BadHeader("descriptor packet for no message"),
         ),
     ];
-    for (packets, what) in &cases {
+    for (packets, what, expected) in &cases {
         for (bytes, fds) in packets {
             raw_send(&raw, bytes, fds);
         }
         let err = expect_wire_error(rx.recv(), what);
-        assert!(
-            err.is_some() || *what == "a pipe posing as a fragment socket",
-            "{what}: {err:?}"
-        );
+        assert_eq!(err, Some(*expected), "{what}");
         if *what == "descriptors for another message" {
             // The message still waits for its own descriptors: give up on it
             // by sending them wrongly counted.
             raw_send(&raw, &fd_packet(1, 9), &[pipe_r.as_fd()]);
-            assert!(matches!(
+            assert_eq!(
                 expect_wire_error(rx.recv(), what),
-                Some(WireError::UnexpectedFds { .. })
-            ));
+                Some(WireError::UnexpectedFds {
+                    announced: 2,
+                    received: 1
+                })
+            );
         }
         // The channel still works after each bad message.
         raw_send(&raw, &inline_ok, &[]);

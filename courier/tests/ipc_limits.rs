@@ -530,3 +530,71 @@ fn an_honest_receiver_still_reads_every_region_message() {
         },
     );
 }
+
+// ===== descriptors =====
+
+/// Every descriptor this process has open that `before` did not list.
+fn new_fds(before: &HashSet<String>) -> Vec<(String, bool)> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            if before.contains(&name) {
+                return None;
+            }
+            let fd: i32 = name.parse().ok()?;
+            // SAFETY: borrowed for one `fcntl` while the descriptor is open
+            // (the caller holds every object that owns one).
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            let flags = rustix::io::fcntl_getfd(fd).ok()?;
+            Some((name, flags.contains(rustix::io::FdFlags::CLOEXEC)))
+        })
+        .collect()
+}
+
+/// Every descriptor courier makes or receives is close-on-exec, so that a
+/// child process started meanwhile by any thread inherits none of them:
+/// sockets, one-shot listeners and their connections, payload regions on
+/// both sides (passed and held), fragment carriers, shared memory, and ends
+/// received in messages.
+#[test]
+fn every_descriptor_courier_creates_or_receives_is_close_on_exec() {
+    let _check = fd_check();
+    let before: HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    let (server, name) = ipc::IpcOneShotServer::<IpcSender<Vec<u8>>>::new().unwrap();
+    let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+    IpcSender::<IpcSender<Vec<u8>>>::connect(name)
+        .unwrap()
+        .send(tx)
+        .unwrap();
+    let (bootstrap, tx) = server.accept().unwrap();
+    // Regions (medium messages held, a large one passed), then fragments.
+    for len in [20_000, 20_000, 20_000, 3 << 20] {
+        tx.send(vec![1; len]).unwrap();
+        assert_eq!(rx.recv().unwrap().len(), len);
+    }
+    let (btx, brx) = ipc::bytes_channel().unwrap();
+    with_config(
+        |c| c.large_messages = ipc::LargeMessages::Fragments,
+        || {
+            let big = vec![2u8; 1 << 20];
+            let sender = std::thread::spawn(move || btx.send(&big).map(|()| btx));
+            assert_eq!(brx.recv().unwrap().len(), 1 << 20);
+            sender.join().unwrap().unwrap()
+        },
+    );
+    let (stx, srx) = ipc::channel::<(ipc::IpcSharedMemory, IpcBytesReceiver)>().unwrap();
+    let (_inner_tx, inner_rx) = ipc::bytes_channel().unwrap();
+    stx.send((ipc::IpcSharedMemory::from_bytes(&[3; 10_000]), inner_rx))
+        .unwrap();
+    let received = srx.recv().unwrap();
+    let open = new_fds(&before);
+    assert!(open.len() >= 8, "only {} new descriptors", open.len());
+    let inheritable: Vec<_> = open.iter().filter(|(_, cloexec)| !cloexec).collect();
+    assert!(inheritable.is_empty(), "not close-on-exec: {inheritable:?}");
+    drop((bootstrap, received, rx, tx));
+    ipc::IpcSharedMemory::unmap_dropped();
+}

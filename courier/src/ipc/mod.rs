@@ -60,7 +60,14 @@
 //! # Untrusted peers
 //! Every length, index and descriptor from the wire is checked. A malformed
 //! message is an [`IpcError::Io`] carrying a [`WireError`]; its descriptors are
-//! closed, and the channel remains usable for the messages after it.
+//! closed, and the channel remains usable for the messages after it. Decoding
+//! a typed message is bounded too: in depth ([`Config::max_decode_depth`]) and
+//! in what it may allocate ([`Config::decode_budget_factor`]), so that neither
+//! a deeply nested value nor a claimed element count can exhaust the stack or
+//! the memory; a message past either fails with an
+//! [`IpcError::SerializationError`] whose [`SerDeError::wire_error`] names
+//! the limit. SECURITY.md, at the root of the repository, lists every limit
+//! with its default and the test that shows it.
 
 mod bytes_seq;
 mod config;
@@ -81,7 +88,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use self::config::{Config, LargeMessages};
+pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{IpcError, SerDeError, TryRecvError, TrySelectError, WireError};
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};

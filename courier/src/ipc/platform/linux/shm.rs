@@ -100,8 +100,26 @@
 //! nothing can only keep its own regions mapped (a receiver holds at most
 //! [`CACHED_MAPPINGS`]; past that, regions are copied out and let go), and
 //! a moved receiver leaves behind any region it cannot map again, so only
-//! the messages naming it fail. A receiver that clears the state word early
-//! can only make the sender overwrite the bytes it is still copying.
+//! the messages naming it fail.
+//!
+//! A sender trusts its receiver no more. The receiver can write the regions
+//! it was given, but the sender reads back only the state word (atomically)
+//! and the `mapped` advice, which picks a route and nothing else. What the
+//! state word says decides two things, and neither lets the receiver make
+//! the sender hold more memory than [`Config::max_region_bytes_in_flight`]
+//! plus its pool ([`POOL_REGIONS`] regions):
+//!
+//! * whether a region is free to reuse: a receiver that clears `BUSY` early
+//!   makes the sender overwrite the bytes it is still copying, which spoils
+//!   only its own message;
+//! * whether a region the pool let go of is still in flight: once it says
+//!   not, the sender frees the region's pages ([`discard`]) before it lets
+//!   go, so a receiver that keeps every descriptor and clears `BUSY` at once
+//!   keeps holes, not the sender's memory.
+//!
+//! A receiver that never clears `BUSY` keeps its regions counted in flight,
+//! and past the bound its sender's large messages go in fragments, which
+//! wait for it to read.
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
