@@ -8,7 +8,7 @@
 # Prints, per round and build, the time rows (`*_ns`, medians) of every subject. The baseline
 # is built from a `git worktree` of REV into its own target directory (`target/ab-base`): a
 # baseline built into `target/` itself can leave the working tree's binary stale, because cargo
-# then considers the working tree's build fresh (seen in session 4).
+# then considers the working tree's build fresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] && [ "$3" = "--" ] || {

@@ -316,9 +316,10 @@ fn a_send_from_inside_a_serialize_impl_keeps_the_tables_apart() {
         side: side_tx,
         calls: Default::default(),
     };
-    let typed = IpcSender::<(IpcSender<u8>, &Announcing, IpcSender<u8>)>::from(
+    let typed = IpcSender::<(IpcSender<u8>, &Announcing, IpcSender<u8>)>::try_from(
         tx.as_fd().try_clone_to_owned().unwrap(),
-    );
+    )
+    .unwrap();
     typed.send((a_tx, &announcing, b_tx)).unwrap();
     let (a, (walk, bytes), b) = rx.recv().unwrap();
     // Sent from inside the second walk, around the first walk's bytes.
@@ -350,7 +351,7 @@ fn a_panicking_serialize_impl_leaves_no_descriptor_behind() {
     let _check = fd_check();
     let (tx, _rx) = ipc::channel::<u8>().unwrap();
     let (inner, _inner_rx) = ipc::channel::<u8>().unwrap();
-    let boom = IpcSender::<Boom>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let boom = IpcSender::<Boom>::try_from(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| boom.send(Boom(inner))));
     assert!(sent.is_err());
     // Outside a send, a channel end cannot be serialized: the table is idle.
@@ -380,7 +381,7 @@ impl Serialize for Shifty {
 fn a_value_that_serializes_differently_each_time_arrives_whole() {
     let _check = fd_check();
     let (tx, rx) = ipc::channel::<(u8, serde_bytes::ByteBuf)>().unwrap();
-    let shifty = IpcSender::<Shifty>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let shifty = IpcSender::<Shifty>::try_from(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     shifty.send(Shifty(Default::default())).unwrap();
     let (walk, bytes) = rx.recv().unwrap();
     // The second walk differed at the byte string: the third was sent.
@@ -396,7 +397,7 @@ fn a_value_that_serializes_differently_each_time_arrives_whole() {
         }
     }
     let walks = Steady(Default::default());
-    let steady = IpcSender::<&Steady>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let steady = IpcSender::<&Steady>::try_from(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     steady.send(&walks).unwrap();
     assert_eq!(walks.0.get(), 2);
     assert_eq!(rx.recv().unwrap().1.into_vec(), vec![9; 5000]);
@@ -430,7 +431,8 @@ fn a_value_whose_channels_move_between_walks_is_refused() {
     let (tx, rx) = ipc::channel::<(IpcSender<u8>, IpcSender<u8>, serde_bytes::ByteBuf)>().unwrap();
     let (a, a_rx) = ipc::channel::<u8>().unwrap();
     let (b, b_rx) = ipc::channel::<u8>().unwrap();
-    let swapping = IpcSender::<&Swapping>::from(tx.as_fd().try_clone_to_owned().unwrap());
+    let swapping =
+        IpcSender::<&Swapping>::try_from(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     let value = Swapping {
         walks: Default::default(),
         a,
@@ -446,9 +448,10 @@ fn a_value_whose_channels_move_between_walks_is_refused() {
         "nothing sent"
     );
     // The same ends in the same order on every walk go through.
-    let steady = IpcSender::<(&IpcSender<u8>, &IpcSender<u8>, &serde_bytes::Bytes)>::from(
+    let steady = IpcSender::<(&IpcSender<u8>, &IpcSender<u8>, &serde_bytes::Bytes)>::try_from(
         tx.as_fd().try_clone_to_owned().unwrap(),
-    );
+    )
+    .unwrap();
     steady
         .send((&value.a, &value.b, serde_bytes::Bytes::new(&[7; 5000])))
         .unwrap();
@@ -999,7 +1002,7 @@ fn many_threads_share_one_sender() {
 /// A bytes receiver and the raw socket that feeds it.
 fn raw_pair() -> (OwnedFd, IpcBytesReceiver) {
     let (a, b) = seqpacket_pair();
-    (a, IpcBytesReceiver::from(b))
+    (a, IpcBytesReceiver::try_from(b).unwrap())
 }
 
 fn expect_wire_error<T: std::fmt::Debug>(
@@ -1221,7 +1224,7 @@ fn a_hostile_region_owner_cannot_spoil_the_receiver() {
 
     let _check = fd_check();
     let (raw, rx) = raw_pair();
-    let honest = IpcBytesSender::from(raw.try_clone().unwrap());
+    let honest = IpcBytesSender::try_from(raw.try_clone().unwrap()).unwrap();
     let mut inline_ok = header(0, 0, 3, 0, 0);
     inline_ok.extend_from_slice(b"abc");
 
@@ -1478,7 +1481,10 @@ fn b_passes_while_a_waits(late: Duration) {
             None,
         )
         .unwrap();
-        (a, IpcReceiver::<(u8, Option<IpcBytesSender>)>::from(b))
+        (
+            a,
+            IpcReceiver::<(u8, Option<IpcBytesSender>)>::try_from(b).unwrap(),
+        )
     };
     let (tx_a, rx_a) = ipc::bytes_channel().unwrap();
     let mut a = header(0, 1, 3, 0, 100);
@@ -1864,7 +1870,7 @@ fn a_carrier_that_trickles_meets_the_fragment_timeout() {
 fn a_pipe_sent_as_a_channel_end_fails_the_message() {
     let _check = fd_check();
     let (a, b) = seqpacket_pair();
-    let rx = IpcReceiver::<IpcSender<u8>>::from(b);
+    let rx = IpcReceiver::<IpcSender<u8>>::try_from(b).unwrap();
     let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
     let mut message = header(0, 1, 1, 0, 1);
     message.push(0);
@@ -1872,7 +1878,7 @@ fn a_pipe_sent_as_a_channel_end_fails_the_message() {
     raw_send(&a, &fd_packet(1, 1), &[pipe_r.as_fd()]);
     drop(pipe_r);
     assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
-    let rx = IpcReceiver::<IpcBytesReceiver>::from(rx_fd(rx));
+    let rx = IpcReceiver::<IpcBytesReceiver>::try_from(rx_fd(rx)).unwrap();
     let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
     let mut message = header(0, 1, 2, 0, 2);
     message.extend_from_slice(&[0, 0]); // index 0, no backlog
@@ -1882,7 +1888,7 @@ fn a_pipe_sent_as_a_channel_end_fails_the_message() {
     assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
     // A real channel end still goes through.
     let (tx, _keep) = ipc::channel::<u8>().unwrap();
-    let rx = IpcReceiver::<IpcSender<u8>>::from(rx_fd(rx));
+    let rx = IpcReceiver::<IpcSender<u8>>::try_from(rx_fd(rx)).unwrap();
     let mut message = header(0, 1, 1, 0, 3);
     message.push(0);
     raw_send(&a, &message, &[]);
@@ -1901,7 +1907,7 @@ fn typed_receiver_rejects_bad_channel_indices() {
         None,
     )
     .unwrap();
-    let rx = IpcReceiver::<IpcSender<u8>>::from(b);
+    let rx = IpcReceiver::<IpcSender<u8>>::try_from(b).unwrap();
     let (spare, _keep) = ipc::channel::<u8>().unwrap();
     let mut message = header(0, 1, 1, 0, 1);
     message.push(5);
@@ -1909,7 +1915,7 @@ fn typed_receiver_rejects_bad_channel_indices() {
     raw_send(&a, &fd_packet(1, 1), &[spare.as_fd()]);
     assert!(matches!(rx.recv(), Err(IpcError::SerializationError(_))));
     // The same index twice.
-    let rx = IpcReceiver::<(IpcSender<u8>, IpcSender<u8>)>::from(rx_fd(rx));
+    let rx = IpcReceiver::<(IpcSender<u8>, IpcSender<u8>)>::try_from(rx_fd(rx)).unwrap();
     let mut message = header(0, 1, 2, 0, 2);
     message.extend_from_slice(&[0, 0]);
     raw_send(&a, &message, &[]);
@@ -1967,7 +1973,7 @@ fn a_receiver_rebuilt_from_a_duplicate_descriptor_gets_large_messages() {
     }
     let duplicate = rx.as_fd().try_clone_to_owned().unwrap();
     drop(rx);
-    let rx = IpcBytesReceiver::from(duplicate);
+    let rx = IpcBytesReceiver::try_from(duplicate).unwrap();
     for round in 3..6 {
         let big = pattern(64 << 10, round);
         tx.send(&big).unwrap();

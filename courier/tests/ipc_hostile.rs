@@ -240,7 +240,7 @@ proptest! {
         {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-            let rx = IpcBytesReceiver::from(theirs);
+            let rx = IpcBytesReceiver::try_from(theirs).unwrap();
             for (p, attach, regions) in &packets {
                 p.send(&raw, *attach, *regions);
                 drain(|| rx.try_recv());
@@ -270,7 +270,7 @@ proptest! {
         {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-            let rx = IpcReceiver::<(u8, Option<IpcSender<u8>>)>::from(theirs);
+            let rx = IpcReceiver::<(u8, Option<IpcSender<u8>>)>::try_from(theirs).unwrap();
             for (p, attach, regions) in &packets {
                 p.send(&raw, *attach, *regions);
                 drain(|| rx.try_recv());
@@ -287,7 +287,7 @@ proptest! {
         {
             let (raw, theirs) =
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-            let rx = IpcReceiver::<(u8, IpcSharedMemory)>::from(theirs);
+            let rx = IpcReceiver::<(u8, IpcSharedMemory)>::try_from(theirs).unwrap();
             for (p, attach, regions) in &packets {
                 p.send(&raw, *attach, *regions);
                 drain(|| rx.try_recv().map(|(_, region)| region.iter().step_by(4096).count()));
@@ -308,7 +308,7 @@ proptest! {
                 net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
             let (good_tx, good_rx) = ipc::channel::<u32>().unwrap();
             let mut set = IpcReceiverSet::new().unwrap();
-            let hostile = set.add(IpcReceiver::<(u8, Option<IpcSender<u8>>)>::from(theirs)).unwrap();
+            let hostile = set.add(IpcReceiver::<(u8, Option<IpcSender<u8>>)>::try_from(theirs).unwrap()).unwrap();
             let good_id = set.add(good_rx).unwrap();
             let mut sent = 0;
             let mut seen = Seen::default();

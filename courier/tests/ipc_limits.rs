@@ -11,8 +11,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use courier::ipc::{
-    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcReceiver, IpcReceiverSet,
-    IpcSelectionResult, IpcSender, TryRecvError, WireError,
+    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcReceiver, IpcSender, TryRecvError,
+    WireError,
 };
 use rustix::fs::{self, MemfdFlags, SealFlags};
 use rustix::net::{self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, SocketFlags};
@@ -64,7 +64,10 @@ where
     T: for<'de> Deserialize<'de> + Serialize,
 {
     let (raw, end) = seqpacket_pair();
-    (IpcBytesSender::from(raw), IpcReceiver::from(end))
+    (
+        IpcBytesSender::try_from(raw).unwrap(),
+        IpcReceiver::try_from(end).unwrap(),
+    )
 }
 
 /// A postcard varint.
@@ -86,8 +89,8 @@ fn varint(mut n: u64, out: &mut Vec<u8>) {
 fn headers_waiting_for_descriptors_keep_only_their_bytes() {
     let _check = fd_check();
     let (raw, end) = seqpacket_pair();
-    let rx = IpcBytesReceiver::from(end);
-    let tx = IpcBytesSender::from(raw.try_clone().unwrap());
+    let rx = IpcBytesReceiver::try_from(end).unwrap();
+    let tx = IpcBytesSender::try_from(raw.try_clone().unwrap()).unwrap();
     let large = vec![7u8; 64 << 20];
     tx.send(&large).unwrap();
     assert_eq!(rx.recv().unwrap().len(), large.len());
@@ -117,7 +120,7 @@ fn headers_waiting_for_descriptors_keep_only_their_bytes() {
 fn a_descriptor_packet_that_miscounts_is_a_bad_header() {
     let _check = fd_check();
     let (raw, end) = seqpacket_pair();
-    let rx = IpcBytesReceiver::from(end);
+    let rx = IpcBytesReceiver::try_from(end).unwrap();
     let (a, b) = seqpacket_pair();
     let mut packet = header(0, 2, 3, 0, 9);
     packet.extend_from_slice(b"abc");
@@ -131,7 +134,10 @@ fn a_descriptor_packet_that_miscounts_is_a_bad_header() {
         matches!(wire_error(&e), Some(WireError::BadHeader(_))),
         "{e}"
     );
-    IpcBytesSender::from(raw).send(b"next").unwrap();
+    IpcBytesSender::try_from(raw)
+        .unwrap()
+        .send(b"next")
+        .unwrap();
     assert_eq!(rx.recv().unwrap(), b"next");
 }
 
@@ -159,73 +165,68 @@ fn listening_socket() -> (OwnedFd, std::path::PathBuf) {
 }
 
 /// An unconnected or listening `SOCK_SEQPACKET` socket is of the right type
-/// but can never carry a message: refused as a channel end when it arrives,
-/// by name.
+/// but can never carry a message: refused as a channel end when it arrives
+/// in a message, by name, and when an end is made from it.
 #[test]
 fn sockets_that_are_not_connected_are_refused_as_channel_ends() {
     let _check = fd_check();
     let (listener, path) = listening_socket();
-    for bogus in [unconnected_socket(), listener] {
-        let (tx, rx) = ipc::channel::<IpcSender<u8>>().unwrap();
-        tx.send(IpcSender::<u8>::from(bogus)).unwrap();
+    let (raw, end) = seqpacket_pair();
+    let rx = IpcReceiver::<IpcSender<u8>>::try_from(end).unwrap();
+    for (tag, bogus) in [(1, unconnected_socket()), (2, listener)] {
+        // A message of one channel end, descriptor 0, as a peer writes it.
+        let mut packet = header(0, 1, 1, 0, tag);
+        packet.push(0);
+        raw_send(&raw, &packet, &[]);
+        raw_send(&raw, &fd_packet(1, tag), &[bogus.as_fd()]);
         let e = rx.recv().expect_err("a socket that is no channel end");
         assert!(
             matches!(decode_fault(&e), Some(WireError::BadDescriptor(_))),
             "{e}"
         );
-        // A real end still goes through.
-        let (inner_tx, inner_rx) = ipc::channel::<u8>().unwrap();
-        tx.send(inner_tx).unwrap();
-        rx.recv().unwrap().send(5).unwrap();
-        assert_eq!(inner_rx.recv().unwrap(), 5);
+        let refused = IpcSender::<u8>::try_from(bogus).expect_err("not an end");
+        assert!(refused.to_string().contains("not connected"), "{refused}");
+        drop(refused.into_fd());
     }
+    // A real end still goes through.
+    let (inner_tx, inner_rx) = ipc::channel::<u8>().unwrap();
+    let tx = IpcSender::<IpcSender<u8>>::try_from(raw).unwrap();
+    tx.send(inner_tx).unwrap();
+    rx.recv().unwrap().send(5).unwrap();
+    assert_eq!(inner_rx.recv().unwrap(), 5);
     let _ = std::fs::remove_file(&path);
 }
 
-/// A receiver made from a socket that is not connected (the caller's word,
-/// through `From<OwnedFd>`) is closed, in a set as alone: never an error
-/// returned again and again at full speed.
+/// Any other descriptor is refused as an end, saying what it is not.
 #[test]
-fn a_set_closes_a_member_that_can_never_deliver() {
+fn an_end_made_from_a_descriptor_is_checked() {
     let _check = fd_check();
-    with_watchdog("unconnected member", Duration::from_secs(20), || {
-        let lone = IpcReceiver::<u8>::from(unconnected_socket());
-        assert!(matches!(lone.recv(), Err(IpcError::Disconnected)));
+    let (read, _write) = rustix::pipe::pipe().unwrap();
+    let e = IpcBytesReceiver::try_from(read).expect_err("a pipe");
+    assert!(e.to_string().contains("not a SOCK_SEQPACKET socket"), "{e}");
+    let stream = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    assert!(IpcBytesSender::try_from(stream).is_err());
+    let (a, b) = seqpacket_pair();
+    let tx = IpcBytesSender::try_from(a).unwrap();
+    let rx = IpcBytesReceiver::try_from(b).unwrap();
+    tx.send(b"checked").unwrap();
+    assert_eq!(rx.recv().unwrap(), b"checked");
+}
 
-        let mut set = IpcReceiverSet::new().unwrap();
-        let (live_tx, live_rx) = ipc::channel::<u8>().unwrap();
-        let live = set.add(live_rx).unwrap();
-        let dead = set
-            .add(IpcReceiver::<u8>::from(unconnected_socket()))
-            .unwrap();
-        let mut closed = false;
-        for _ in 0..3 {
-            match set.select() {
-                Ok(results) => {
-                    for result in results {
-                        match result {
-                            IpcSelectionResult::ChannelClosed(id) => {
-                                assert_eq!(id, dead);
-                                closed = true;
-                            }
-                            IpcSelectionResult::MessageReceived(id, _) => {
-                                panic!("a message from {id}")
-                            }
-                        }
-                    }
-                }
-                Err(e) => panic!("select failed: {e}"),
-            }
-            if closed {
-                break;
-            }
-        }
-        assert!(closed, "the unconnected member was never closed");
-        live_tx.send(3).unwrap();
-        let results = set.select().unwrap();
-        let (id, message) = results.into_iter().next().unwrap().unwrap();
-        assert_eq!((id, message.to::<u8>().unwrap()), (live, 3));
-    });
+/// Connecting to a server that is not there names it.
+#[test]
+fn a_failed_connect_names_the_server() {
+    let _check = fd_check();
+    let name = "/nonexistent/courier-server".to_owned();
+    let e = IpcSender::<u8>::connect(name).expect_err("no such server");
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    assert!(e.to_string().contains("/nonexistent/courier-server"), "{e}");
 }
 
 // ===== decoding: depth =====
@@ -378,7 +379,7 @@ fn sparse_region(len: u64) -> OwnedFd {
 fn regions_in_moved_receivers_backlogs_count_against_the_budget() {
     let _check = fd_check();
     let (raw, end) = seqpacket_pair();
-    let rx = IpcReceiver::<Vec<IpcBytesReceiver>>::from(end);
+    let rx = IpcReceiver::<Vec<IpcBytesReceiver>>::try_from(end).unwrap();
     let region = sparse_region(256 << 20);
     let mut ends = Vec::new(); // the receivers' peers, kept open
     let mut fds: Vec<OwnedFd> = Vec::new();
@@ -486,7 +487,7 @@ fn a_receiver_that_forges_its_progress_cannot_make_its_sender_allocate() {
         |c| c.max_region_bytes_in_flight = 32 << 20,
         || {
             let (raw, end) = seqpacket_pair();
-            let tx = IpcBytesSender::from(end);
+            let tx = IpcBytesSender::try_from(end).unwrap();
             let message = vec![3u8; 4 << 20];
             let mut kept: Vec<OwnedFd> = Vec::new();
             for _ in 0..100 {

@@ -60,7 +60,7 @@ fn encoded(data: &[u8]) -> Vec<u8> {
 /// A typed receiver of byte vectors, and the raw socket its peer writes.
 fn raw_typed() -> (OwnedFd, IpcReceiver<Vec<u8>>) {
     let (raw, end) = seqpacket_pair();
-    (raw, IpcReceiver::from(end))
+    (raw, IpcReceiver::try_from(end).unwrap())
 }
 
 /// Announces on `raw` a fragmented message of `body`'s length tagged `tag`,
@@ -130,7 +130,9 @@ fn a_set_goes_on_past_a_fragmented_message_whose_rest_is_late() {
     let (raw, stalled) = seqpacket_pair();
     let (tx, rx) = ipc::channel::<u32>().unwrap();
     let mut set = IpcReceiverSet::new().unwrap();
-    let late = set.add_opaque(OpaqueIpcReceiver::from(stalled)).unwrap();
+    let late = set
+        .add_opaque(OpaqueIpcReceiver::try_from(stalled).unwrap())
+        .unwrap();
     let quick = set.add(rx).unwrap();
 
     let data = pattern(150_000, 5);
@@ -163,7 +165,9 @@ fn a_set_goes_on_past_a_streamed_message_not_yet_written() {
     let (raw, stalled) = seqpacket_pair();
     let (tx, rx) = ipc::channel::<u32>().unwrap();
     let mut set = IpcReceiverSet::new().unwrap();
-    let late = set.add_opaque(OpaqueIpcReceiver::from(stalled)).unwrap();
+    let late = set
+        .add_opaque(OpaqueIpcReceiver::try_from(stalled).unwrap())
+        .unwrap();
     let quick = set.add(rx).unwrap();
 
     let data = pattern(2 << 20, 6);

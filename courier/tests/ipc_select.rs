@@ -284,7 +284,7 @@ fn opaque_receivers_and_their_limits_join_a_set() {
 /// A typed receiver and the raw socket that feeds it (a hostile peer).
 fn raw_pair() -> (OwnedFd, IpcReceiver<u64>) {
     let (a, b) = seqpacket_pair();
-    (a, IpcReceiver::from(b))
+    (a, IpcReceiver::try_from(b).unwrap())
 }
 
 #[test]

@@ -116,7 +116,7 @@ fn memfd(len: u64, seals: SealFlags) -> OwnedFd {
 /// of `T` on its other end.
 fn raw_pair<T>() -> (OwnedFd, IpcReceiver<T>) {
     let (raw, theirs) = seqpacket_pair();
-    (raw, IpcReceiver::from(theirs))
+    (raw, IpcReceiver::try_from(theirs).unwrap())
 }
 
 /// The file `fd` refers to, opened again read-only (a new open file).

@@ -1,4 +1,6 @@
-//! Scatter-gather buffer iteration: the `iov_iter` of courier (seed 004).
+//! Scatter-gather buffer iteration: the `iov_iter` of courier (after the
+//! Linux `iov_iter` dispatch patch, which measured dense type numbers
+//! dispatched by one `switch` fastest).
 //!
 //! Every byte courier moves goes through one of two iterators:
 //!

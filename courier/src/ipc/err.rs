@@ -80,6 +80,51 @@ impl From<WireError> for SerDeError {
     }
 }
 
+/// A descriptor turned into a channel end (`TryFrom<OwnedFd>`) that is not
+/// one: not a socket, not `SOCK_SEQPACKET`, not a Unix socket, or not
+/// connected (a listening socket, or one never connected). The descriptor
+/// comes back with it.
+pub struct NotAChannelEnd {
+    pub(crate) fd: std::os::fd::OwnedFd,
+    pub(crate) why: &'static str,
+}
+
+impl NotAChannelEnd {
+    /// The descriptor, given back.
+    pub fn into_fd(self) -> std::os::fd::OwnedFd {
+        self.fd
+    }
+}
+
+impl fmt::Debug for NotAChannelEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NotAChannelEnd")
+            .field("fd", &self.fd)
+            .field("why", &self.why)
+            .finish()
+    }
+}
+
+impl fmt::Display for NotAChannelEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use std::os::fd::AsRawFd;
+        write!(
+            f,
+            "descriptor {} is not a courier channel end: {}",
+            self.fd.as_raw_fd(),
+            self.why
+        )
+    }
+}
+
+impl std::error::Error for NotAChannelEnd {}
+
+impl From<NotAChannelEnd> for io::Error {
+    fn from(e: NotAChannelEnd) -> Self {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
 /// Errors of a send or a blocking receive.
 #[derive(Debug)]
 pub enum IpcError {

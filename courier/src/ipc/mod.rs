@@ -89,7 +89,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
-pub use self::err::{IpcError, SerDeError, TryRecvError, TrySelectError, WireError};
+pub use self::err::{
+    IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
+};
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
@@ -191,9 +193,16 @@ where
         }
     }
 
-    /// Connects to the [`IpcOneShotServer`] named `name`.
+    /// Connects to the [`IpcOneShotServer`] named `name`. A failure names
+    /// the server it could not reach (its path).
     pub fn connect(name: String) -> Result<IpcSender<T>, io::Error> {
-        Ok(IpcSender::from_os(platform::connect(&name)?))
+        match platform::connect(&name) {
+            Ok(os) => Ok(IpcSender::from_os(os)),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("cannot connect to the one-shot server {name:?}: {e}"),
+            )),
+        }
     }
 
     /// Sends `data`. Never blocks on a message that fits the socket buffer
@@ -652,9 +661,9 @@ impl<T> fmt::Debug for IpcOneShotServer<T> {
 /// Every channel end is a descriptor. It travels inside messages as the
 /// index of its descriptor in the message's descriptor table (see
 /// `handles`); it can also be inherited by a child process (clear
-/// `FD_CLOEXEC` on a duplicate) and rebuilt there with `From<OwnedFd>`. A
-/// descriptor that is not one end of a courier `SOCK_SEQPACKET` channel
-/// gives errors, never undefined behaviour.
+/// `FD_CLOEXEC` on a duplicate) and rebuilt there with `TryFrom<OwnedFd>`,
+/// which checks that the descriptor is a connected `SOCK_SEQPACKET` Unix
+/// socket and says what is wrong if it is not ([`NotAChannelEnd`]).
 macro_rules! channel_end {
     ($($ty:ident $(<$t:ident>)? => $os:ident, $build:expr, $ser:path, $de:path;)*) => {$(
         impl$(<$t>)? AsFd for $ty$(<$t>)? {
@@ -663,10 +672,18 @@ macro_rules! channel_end {
             }
         }
 
-        impl$(<$t>)? From<OwnedFd> for $ty$(<$t>)? {
-            fn from(fd: OwnedFd) -> Self {
+        impl$(<$t>)? TryFrom<OwnedFd> for $ty$(<$t>)? {
+            type Error = NotAChannelEnd;
+
+            /// The end on `fd`, if it is one end of a channel (a connected
+            /// `SOCK_SEQPACKET` Unix socket); else the descriptor back, with
+            /// what is wrong with it.
+            fn try_from(fd: OwnedFd) -> Result<Self, NotAChannelEnd> {
+                if let Err(WireError::BadDescriptor(why)) = handles::check_channel_end(fd.as_fd()) {
+                    return Err(NotAChannelEnd { fd, why });
+                }
                 let build: fn($os) -> Self = $build;
-                build($os::from_fd(fd))
+                Ok(build($os::from_fd(fd)))
             }
         }
 

@@ -2,7 +2,7 @@
 //!
 //! The wire format (header, descriptor packets) is in [`crate::ipc::wire`].
 //!
-//! # Sending (seed 000, and beyond)
+//! # Sending (ipc-channel PR #68's techniques, and beyond)
 //! * A message that fits one packet (header + payload ≤ [`socket::max_packet`])
 //!   is **one `sendmsg`** whose iovec gathers the header and the caller's
 //!   slices: no staging copy. Below [`SMALL`] bytes the header and payload
@@ -853,12 +853,14 @@ impl Drop for ScratchOwner {
 ///
 /// The kernel copies a packet out with `rep movsb`, which on this AMD Zen 3
 /// guest runs ~17x slower for 4-256 KiB when the destination lies 1-31 bytes
-/// past the source modulo 4 KiB (BENCHMARKS.md, "A memcpy placement 17x
-/// slower"). A packet of a few KiB starts at a page boundary in the kernel,
-/// and a `Vec` of a packet's size is `mmap`ed by malloc, 16 bytes past one:
-/// exactly that distance. `ipc --case sendrecv_4k`, bytes, the two builds in
-/// turn (session 21): 6.7-7.0 µs with it, 4.5-4.6 page-aligned (ipc-channel
-/// 5.0-5.2); in a faster minute 4.8-4.9 against 3.4 (ipc-channel 3.9).
+/// past the source modulo 4 KiB (`courier-bench iter --case memcpy`; the
+/// design note on the memcpy placement under `docs/`). A packet of a few KiB
+/// starts at a page boundary in the kernel, and a `Vec` of a packet's size
+/// is `mmap`ed by malloc, 16 bytes past one: exactly that distance.
+/// `courier-bench ipc --case sendrecv_4k`, bytes, a malloc'd area against a
+/// page-aligned one, the two builds in turn: 6.7-7.0 µs against 4.5-4.6
+/// (ipc-channel 5.0-5.2); in a faster minute 4.8-4.9 against 3.4
+/// (ipc-channel 3.9).
 ///
 /// A receive from a thread-local's destructor, once [`SCRATCH_OWNER`] has
 /// freed the thread's area, uses an area of its own for that one call.
