@@ -24,12 +24,16 @@
 //! with it. ipc-channel's serialization empties the original instead.
 //!
 //! # Messages and cost
-//! Typed messages are serde types, encoded with [postcard] (chosen by
-//! measurement; see the README). A `Vec<u8>` field goes through serde's
-//! sequence path, about 2 ns per byte in any format; mark large byte fields
-//! `#[serde(with = "serde_bytes")]` and they go as one copy. Untyped bytes
-//! skip serde entirely: [`bytes_channel`], with [`IpcBytesSender::send_vectored`]
-//! to send a header and a body without concatenating them.
+//! Typed messages are serde types, encoded with
+//! [postcard](https://docs.rs/postcard) (chosen by measurement: the
+//! `courier-bench serde` suite). A byte field (`Vec<u8>`, `&[u8]`,
+//! `Box<[u8]>`, or one marked `#[serde(with = "serde_bytes")]`, which costs
+//! the same) goes as one byte string: one copy, not serde's per-byte
+//! sequence path (about 2 ns a byte in any format, which courier recognises
+//! and skips), and a large one is sent straight from the caller's memory and
+//! received into a buffer of its own. Untyped bytes skip serde entirely:
+//! [`bytes_channel`], with [`IpcBytesSender::send_vectored`] to send a header
+//! and a body without concatenating them.
 //!
 //! A message is one send and one receive system call when it fits one packet
 //! (about 208 KiB with Linux defaults) and carries no channels; channels add a
