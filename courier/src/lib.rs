@@ -51,3 +51,7 @@ pub mod buf;
 pub mod chan;
 pub mod ipc;
 mod sync;
+
+// ipc-channel's error types live at its crate root: so do these, so that
+// replacing the crate's name is the whole switch.
+pub use ipc::{IpcError, SerDeError, TryRecvError, TrySelectError};
