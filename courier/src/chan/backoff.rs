@@ -8,7 +8,7 @@
 //! lost CAS: spin only; a sender between its claim and its write, or a peer that got to the slot
 //! first: spin, then yield, since that peer may be waiting for this CPU).
 
-use super::waiter::{current_may_spin, yield_current};
+use super::context::{current_may_spin, yield_current};
 use crate::sync;
 
 /// Spin rounds: round `k` executes `2^k` `pause` instructions. Under loom every round is one

@@ -45,10 +45,11 @@ use std::fmt;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::context::Context;
 use super::err::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-use super::waiter::{Context, WaitList};
+use super::wait_list::WaitList;
 
 /// An unbounded local channel.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {

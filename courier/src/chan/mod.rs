@@ -147,12 +147,14 @@ macro_rules! receiver_iterators {
 }
 
 mod backoff;
+mod context;
 mod err;
 pub(crate) mod flavors;
 pub mod local;
 pub mod oneshot;
+mod park;
 mod select;
-mod waiter;
+mod wait_list;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -161,13 +163,14 @@ use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::Arc;
 use flavors::{array, list, zero, Token};
 
+pub use context::TaskContext;
 pub use err::{
     ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError,
     SendTimeoutError, TryReadyError, TryRecvError, TrySelectError, TrySendError,
 };
 pub use oneshot::oneshot;
+pub use park::Park;
 pub use select::{Select, SelectRecv, SelectSend, SelectedOperation};
-pub use waiter::{Park, TaskContext};
 
 /// A channel of capacity `cap`: `bounded(0)` is a rendezvous channel.
 ///

@@ -19,8 +19,9 @@ use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
 use super::backoff::Pollers;
+use super::context::Operation;
 use super::err::{RecvError, RecvTimeoutError, SendError, TryRecvError};
-use super::waiter::{Operation, SyncWaitList};
+use super::wait_list::SyncWaitList;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::{Arc, UnsafeCell};
 

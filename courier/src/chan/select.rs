@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::backoff::{spin_adaptively, SpinEstimate};
+use super::context::{current_may_yield, Context, Operation, Selected};
 use super::err::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
 use super::flavors::Token;
 use super::local;
 use super::oneshot;
-use super::waiter::{current_may_yield, Context, Operation, Selected};
 use super::{deadline_after, Flavor, Receiver, Sender};
 
 /// One side of one channel, as a select sees it.

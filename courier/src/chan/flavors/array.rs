@@ -52,9 +52,10 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 
 use crate::chan::backoff::Backoff;
+use crate::chan::context::{Context, Operation, Selected};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Entry, Operation, Selected, SyncWaitList};
+use crate::chan::wait_list::{Entry, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 

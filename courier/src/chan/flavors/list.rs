@@ -85,9 +85,10 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 
 use crate::chan::backoff::Backoff;
+use crate::chan::context::{Context, Operation};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{loom_seqcst_fence, Context, Operation, SyncWaitList};
+use crate::chan::wait_list::{loom_seqcst_fence, SyncWaitList};
 use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 

@@ -17,9 +17,10 @@ use std::ptr;
 use std::time::Instant;
 
 use crate::chan::backoff::Backoff;
+use crate::chan::context::{Context, Operation, Selected};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
-use crate::chan::waiter::{Context, Operation, Selected, WaitList};
+use crate::chan::wait_list::WaitList;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, MutexGuard, UnsafeCell};
 
