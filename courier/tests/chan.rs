@@ -725,6 +725,50 @@ fn select_macro_waits_and_sees_disconnection() {
     assert_eq!(back, Err(SendError(3)));
 }
 
+/// Bodies that leave (`break`, `continue`, `return`), in every kind of arm, `default` ones
+/// included, compile without a warning: the macro never puts a body where code follows it.
+#[deny(warnings)]
+fn sum_then_leave(rx: &Receiver<u32>, tx: &Sender<u32>) -> u32 {
+    let mut sum = 0;
+    loop {
+        courier::select! {
+            recv(rx) -> msg => sum += msg.unwrap(),
+            default(Duration::from_millis(1)) => break,
+        }
+    }
+    loop {
+        courier::select! {
+            recv(rx) -> _msg => { break }
+            default => break,
+        }
+    }
+    for i in 0.. {
+        courier::select! {
+            send(tx, i) -> res => { res.unwrap(); continue }
+            default(Duration::from_millis(1)) => return sum,
+        }
+    }
+    unreachable!("the loop above returns")
+}
+
+#[test]
+fn select_macro_bodies_may_leave_the_loop_or_the_function() {
+    let (tx, rx) = chan::bounded::<u32>(2);
+    tx.send(1).unwrap();
+    tx.send(2).unwrap();
+    // Sums what is queued, finds nothing more, fills the channel (two sends) and returns.
+    assert_eq!(sum_then_leave(&rx, &tx), 3);
+    assert_eq!(rx.try_iter().collect::<Vec<_>>(), [0, 1]);
+    // A value out of a loop, through `break` in a body.
+    tx.send(7).unwrap();
+    let got = loop {
+        courier::select! {
+            recv(rx) -> msg => break msg,
+        }
+    };
+    assert_eq!(got, Ok(7));
+}
+
 #[test]
 fn oneshot_delivers_once() {
     let (tx, rx) = chan::oneshot();

@@ -154,6 +154,7 @@ pub mod local;
 pub mod oneshot;
 mod park;
 mod select;
+mod select_macro;
 mod wait_list;
 
 use std::fmt;
