@@ -738,8 +738,8 @@ fn sum_then_leave(rx: &Receiver<u32>, tx: &Sender<u32>) -> u32 {
     }
     loop {
         courier::select! {
-            recv(rx) -> _msg => { break }
-            default => break,
+            recv(rx) -> _msg => { if sum > 100 { continue } break }
+            default => if sum > 100 { continue } else { break },
         }
     }
     for i in 0.. {
@@ -760,10 +760,11 @@ fn select_macro_bodies_may_leave_the_loop_or_the_function() {
     assert_eq!(sum_then_leave(&rx, &tx), 3);
     assert_eq!(rx.try_iter().collect::<Vec<_>>(), [0, 1]);
     // A value out of a loop, through `break` in a body.
+    tx.send(0).unwrap();
     tx.send(7).unwrap();
     let got = loop {
         courier::select! {
-            recv(rx) -> msg => break msg,
+            recv(rx) -> msg => match msg { Ok(0) => continue, msg => break msg },
         }
     };
     assert_eq!(got, Ok(7));
