@@ -76,6 +76,9 @@
 mod bytes_seq;
 mod config;
 mod err;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 mod handles;
 mod platform;
 mod select;
