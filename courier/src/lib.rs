@@ -49,6 +49,7 @@
 
 pub mod buf;
 pub mod chan;
+pub mod fiber;
 pub mod ipc;
 mod sync;
 

@@ -1,0 +1,662 @@
+//! The runtime: worker threads that run fibers, a run queue each, and work
+//! stealing between them.
+//!
+//! # Run queues
+//! A new fiber goes on the spawning worker's FIFO deque
+//! ([`crossbeam_deque::Worker`]), or the runtime's injector when spawned
+//! from outside; idle workers steal from both. So new work spreads over the
+//! workers, and a fiber that never yields holds only its own worker: the new
+//! fibers queued behind it are stolen by the others.
+//!
+//! A fiber that has started stays on the worker that started it (its
+//! *home*): it is queued there when it wakes, in a queue no one steals from,
+//! through the worker's inbox when woken from elsewhere. A suspended fiber's
+//! stack may hold anything its code made, `Rc`s and `chan::local` ends and
+//! references into thread-locals included, none of which may move to another
+//! thread; only the closure a fiber starts from is known to be `Send`. So
+//! the fibers woken on a worker that a fiber monopolises wait for it, as the
+//! tasks of one thread would. A fiber made with
+//! [`spawn_local`](super::spawn_local) has its home from the start.
+//!
+//! # Parking: the fiber's side of `chan`'s seam
+//! Every fiber runs inside its own [`TaskContext`]: a channel operation that
+//! must wait calls [`Park::park`] on the fiber, which suspends the coroutine
+//! back to the worker; [`Park::unpark`], from any thread, puts it back on a
+//! run queue. A fiber's state word makes the two meet without a lock:
+//!
+//! ```text
+//!   QUEUED --run--> RUNNING --park (suspends)--> PARKED --unpark--> QUEUED
+//!                     |  ^                                           ^
+//!              unpark |  | park returns at once                      |
+//!                     v  |                                           |
+//!                   NOTIFIED --park (suspends)-- the worker sees the token, requeues
+//! ```
+//!
+//! An `unpark` that finds the fiber running leaves a token (`NOTIFIED`), so
+//! the wake-up of a park that has not happened yet is not lost; one that
+//! finds it parked moves it to `QUEUED` and queues it, exactly once (a
+//! compare-and-swap). A park with a deadline also puts a timer on the
+//! worker's heap, which unparks the fiber when it fires (a spurious wake-up
+//! if the fiber was woken before, which the channel's re-check absorbs).
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, Thread};
+use std::time::Instant;
+
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
+
+use super::stack::{self, PooledStack};
+use crate::chan::{self, Park, TaskContext};
+
+/// Why a fiber suspended.
+enum Suspend {
+    /// It stays ready: queue it again.
+    Yield,
+    /// It waits for an `unpark` (or the deadline).
+    Park(Option<Instant>),
+}
+
+type Coro = Coroutine<(), Suspend, (), PooledStack>;
+
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const NOTIFIED: u8 = 2;
+const PARKED: u8 = 3;
+
+/// The home of a fiber that has not started.
+const NO_HOME: usize = usize::MAX;
+
+/// A fiber: its coroutine and its scheduling state.
+pub(crate) struct Fiber {
+    /// `QUEUED`, `RUNNING`, `NOTIFIED` or `PARKED` (see the module docs).
+    state: AtomicU8,
+    name: Option<Box<str>>,
+    /// The worker it runs on once started ([`NO_HOME`] before).
+    home: AtomicUsize,
+    rt: Arc<Shared>,
+    /// The coroutine's yielder, set when it starts (it lives on the fiber's
+    /// stack for as long as the coroutine does); read by the fiber itself.
+    yielder: Cell<*const Yielder<(), Suspend>>,
+    /// Touched only by the worker that runs the fiber, while it does.
+    run: UnsafeCell<Running>,
+}
+
+struct Running {
+    coroutine: Option<Coro>,
+    /// The fiber's side of `chan`'s seam; dropped when it finishes (it holds
+    /// the fiber through its `Park`).
+    task: Option<TaskContext>,
+}
+
+// SAFETY: the fields a fiber shares between threads are the atomic state
+// and home, its name and the runtime's `Shared` (all `Sync`); `run` and
+// `yielder` are touched only by the one worker running the fiber, and the
+// fiber itself. Before it starts, its coroutine holds only the `Send`
+// closure it starts from, and may move to any worker (taken off a run queue,
+// which hands it over with the queue's own synchronisation); once started it
+// never leaves its home worker (see the module docs), and one made with
+// `spawn_local` (a closure that need not be `Send`) has its home from the
+// start.
+unsafe impl Send for Fiber {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Fiber {}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(coroutine) = self.coroutine.take() {
+            if coroutine.started() && !coroutine.done() {
+                // A fiber suspended for good (its runtime stopped while it
+                // waited): its stack holds state that peers may still point
+                // into; it is leaked, as a thread blocked forever would be.
+                std::mem::forget(coroutine);
+            }
+        }
+    }
+}
+
+/// What a fiber's `Park` is: the fiber itself.
+struct FiberPark(Arc<Fiber>);
+
+impl Park for FiberPark {
+    fn park(&self, deadline: Option<Instant>) {
+        park_current(&self.0, deadline);
+    }
+
+    fn unpark(&self) {
+        unpark(&self.0);
+    }
+
+    fn yield_now(&self) {
+        suspend(&self.0, Suspend::Yield);
+    }
+
+    fn may_spin(&self) -> bool {
+        // With other fibers ready on this worker, the one waited for may be
+        // among them: spinning would only delay it.
+        WORKER.with(|w| {
+            let w = w.get();
+            // SAFETY: a non-null pointer names this thread's worker, alive
+            // while it runs fibers.
+            w.is_null() || unsafe { (*w).local.is_empty() && (*w).pinned.borrow().is_empty() }
+        })
+    }
+}
+
+/// Suspends the running fiber `fiber` until it is unparked (or `deadline`).
+fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
+    // A token left by an `unpark` while it ran: consumed, no suspension.
+    if fiber
+        .state
+        .compare_exchange(NOTIFIED, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+    {
+        return;
+    }
+    suspend(fiber, Suspend::Park(deadline));
+}
+
+/// Switches from the running fiber back to its worker.
+fn suspend(fiber: &Fiber, why: Suspend) {
+    let yielder = fiber.yielder.get();
+    assert!(!yielder.is_null(), "a fiber suspends only while it runs");
+    // SAFETY: the yielder was set when the coroutine started and lives on its
+    // stack, which is alive while the fiber runs (the caller is the fiber).
+    unsafe { &*yielder }.suspend(why);
+}
+
+/// Makes `fiber`'s current or next park return.
+fn unpark(fiber: &Arc<Fiber>) {
+    let mut state = fiber.state.load(Ordering::Relaxed);
+    loop {
+        let next = match state {
+            RUNNING => NOTIFIED,
+            PARKED => QUEUED,
+            // Already woken, or queued to run.
+            _ => return,
+        };
+        // SYNC POINT: `Release`, paired with the worker's `Acquire` when it
+        // runs the fiber (or the fiber's when it consumes the token): what
+        // the waker wrote before waking is seen after.
+        match fiber
+            .state
+            .compare_exchange_weak(state, next, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) if next == QUEUED => return schedule(Arc::clone(fiber)),
+            Ok(_) => return,
+            Err(now) => state = now,
+        }
+    }
+}
+
+// ===== the runtime =====
+
+/// What a runtime's workers share.
+pub(crate) struct Shared {
+    /// Fibers made or woken outside a worker of this runtime.
+    injector: Injector<Arc<Fiber>>,
+    /// Each worker's queue, for stealing.
+    stealers: Vec<Stealer<Arc<Fiber>>>,
+    /// Each worker's inbox of pinned fibers woken from elsewhere.
+    inboxes: Vec<Injector<Arc<Fiber>>>,
+    /// Each worker's thread, once it started.
+    threads: Mutex<Vec<Option<Thread>>>,
+    /// Workers asleep, by index.
+    sleepers: Mutex<Vec<usize>>,
+    idle: AtomicUsize,
+    shutdown: AtomicBool,
+    stack_size: usize,
+}
+
+impl Shared {
+    /// Wakes worker `index` if it sleeps.
+    fn wake(&self, index: usize) {
+        let mut sleepers = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = sleepers.iter().position(|&s| s == index) {
+            sleepers.swap_remove(i);
+            self.idle.fetch_sub(1, Ordering::Relaxed);
+            drop(sleepers);
+            self.unpark_thread(index);
+        }
+    }
+
+    /// Wakes one sleeping worker, if any.
+    fn wake_one(&self) {
+        // SYNC POINT: the sleeper's `SeqCst` increment before it looks at the
+        // queues again: either it sees the work just queued, or this sees it.
+        if self.idle.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let index = {
+            let mut sleepers = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            let index = sleepers.pop();
+            if index.is_some() {
+                self.idle.fetch_sub(1, Ordering::Relaxed);
+            }
+            index
+        };
+        if let Some(index) = index {
+            self.unpark_thread(index);
+        }
+    }
+
+    fn unpark_thread(&self, index: usize) {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(thread)) = threads.get(index) {
+            thread.unpark();
+        }
+    }
+}
+
+/// Queues a fiber to run: on this worker if the caller is one of its
+/// runtime's (and the fiber may run here), else where its runtime finds it.
+fn schedule(fiber: Arc<Fiber>) {
+    let here = WORKER.with(Cell::get);
+    // SAFETY: a non-null pointer names this thread's worker, alive while it
+    // runs (the pointer is cleared before it goes).
+    let here = (!here.is_null()).then(|| unsafe { &*here });
+    let rt = Arc::clone(&fiber.rt);
+    let here = here.filter(|w| Arc::ptr_eq(&w.rt, &rt));
+    match (here, fiber.home.load(Ordering::Relaxed)) {
+        (Some(w), home) if w.index == home => w.pinned.borrow_mut().push_back(fiber),
+        (_, NO_HOME) => match here {
+            Some(w) => {
+                w.local.push(fiber);
+                rt.wake_one();
+            }
+            None => {
+                rt.injector.push(fiber);
+                rt.wake_one();
+            }
+        },
+        (_, home) => {
+            rt.inboxes[home].push(fiber);
+            rt.wake(home);
+        }
+    }
+}
+
+/// A worker thread's own state.
+struct WorkerState {
+    index: usize,
+    rt: Arc<Shared>,
+    local: Deque<Arc<Fiber>>,
+    /// Fibers at home here, ready to run (no one steals them).
+    pinned: RefCell<VecDeque<Arc<Fiber>>>,
+    /// Parks with a deadline: when to unpark whom.
+    timers: RefCell<BinaryHeap<Reverse<Timer>>>,
+    timer_seq: Cell<u64>,
+    /// Which queue `find_work` looks at first.
+    turn: Cell<bool>,
+}
+
+struct Timer {
+    at: Instant,
+    seq: u64,
+    fiber: Arc<Fiber>,
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Timer {}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+thread_local! {
+    /// The worker this thread is (null: none).
+    static WORKER: Cell<*const WorkerState> = const { Cell::new(std::ptr::null()) };
+    /// The fiber running on this thread (null: none): one load answers
+    /// "which fiber am I".
+    static CURRENT: Cell<*const Fiber> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The running fiber, if the caller is one.
+pub(crate) fn current() -> Option<&'static Fiber> {
+    let fiber = CURRENT.with(Cell::get);
+    // SAFETY: the worker sets the pointer while the fiber runs, and the
+    // fiber (kept alive by the worker for its turn) outlives any call made on
+    // its stack during that turn; the caller is that code.
+    (!fiber.is_null()).then(|| unsafe { &*fiber })
+}
+
+/// The runtime of the calling worker (or fiber), if any.
+pub(crate) fn current_runtime() -> Option<Arc<Shared>> {
+    let w = WORKER.with(Cell::get);
+    // SAFETY: a non-null pointer names this thread's live worker.
+    (!w.is_null()).then(|| Arc::clone(unsafe { &(*w).rt }))
+}
+
+/// The index of the calling worker, if it is one.
+pub(crate) fn current_worker() -> Option<usize> {
+    let w = WORKER.with(Cell::get);
+    // SAFETY: as above.
+    (!w.is_null()).then(|| unsafe { (*w).index })
+}
+
+/// Suspends the running fiber, which stays ready.
+pub(crate) fn yield_current(fiber: &Fiber) {
+    suspend(fiber, Suspend::Yield);
+}
+
+/// Parks the running fiber until `deadline` (or a spurious wake-up).
+pub(crate) fn sleep_current(fiber: &Fiber, deadline: Instant) {
+    park_current(fiber, Some(deadline));
+}
+
+/// Makes a fiber running `f`, and queues it on `rt` (pinned to worker
+/// `home`, if given).
+pub(crate) fn spawn_on<T, F>(
+    rt: &Arc<Shared>,
+    name: Option<String>,
+    home: Option<usize>,
+    stack_size: Option<usize>,
+    f: F,
+) -> io::Result<chan::oneshot::Receiver<thread::Result<T>>>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    let stack = stack::take(stack_size.unwrap_or(rt.stack_size))?;
+    let (done, result) = chan::oneshot();
+    let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
+        let me = current().expect("a fiber starts on its worker");
+        me.yielder.set(yielder);
+        let value = catch_unwind(AssertUnwindSafe(f));
+        // The joiner may be gone; the value is dropped then.
+        let _ = done.send(value);
+    });
+    let fiber = Arc::new(Fiber {
+        state: AtomicU8::new(QUEUED),
+        name: name.map(String::into_boxed_str),
+        home: AtomicUsize::new(home.unwrap_or(NO_HOME)),
+        rt: Arc::clone(rt),
+        yielder: Cell::new(std::ptr::null()),
+        run: UnsafeCell::new(Running {
+            coroutine: Some(coroutine),
+            task: None,
+        }),
+    });
+    let task = TaskContext::new(FiberPark(Arc::clone(&fiber)));
+    // SAFETY: no one else has the fiber yet.
+    unsafe { (*fiber.run.get()).task = Some(task) };
+    schedule(fiber);
+    Ok(result)
+}
+
+impl Fiber {
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+/// Runs `fiber` for one turn on worker `w`.
+fn run(w: &WorkerState, fiber: Arc<Fiber>) {
+    // SYNC POINT: the waker's `Release` in `unpark` (or the spawner's queue).
+    let _ = fiber
+        .state
+        .compare_exchange(QUEUED, RUNNING, Ordering::Acquire, Ordering::Relaxed);
+    // Its first turn makes this worker its home (see the module docs).
+    if fiber.home.load(Ordering::Relaxed) == NO_HOME {
+        fiber.home.store(w.index, Ordering::Relaxed);
+    }
+    CURRENT.with(|c| c.set(Arc::as_ptr(&fiber)));
+    stack::set_running_name(fiber.name.as_deref().unwrap_or("<unnamed>"));
+    // SAFETY: this worker took the fiber off a run queue: no one else runs
+    // it or touches `run` until it is queued again, which only this worker
+    // does, after the turn.
+    let running = unsafe { &mut *fiber.run.get() };
+    let Running {
+        coroutine, task, ..
+    } = running;
+    let (Some(coroutine), Some(task)) = (coroutine.as_mut(), task.as_ref()) else {
+        CURRENT.with(|c| c.set(std::ptr::null()));
+        return;
+    };
+    let turn = task.run(|| coroutine.resume(()));
+    CURRENT.with(|c| c.set(std::ptr::null()));
+    stack::set_running_name("");
+    match turn {
+        CoroutineResult::Yield(Suspend::Yield) => {
+            requeue(w, fiber);
+            // New fibers first: a fiber that yields goes behind every fiber
+            // ready here.
+            w.turn.set(false);
+        }
+        CoroutineResult::Yield(Suspend::Park(deadline)) => {
+            match fiber
+                .state
+                .compare_exchange(RUNNING, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if let Some(at) = deadline {
+                        let seq = w.timer_seq.get();
+                        w.timer_seq.set(seq + 1);
+                        w.timers
+                            .borrow_mut()
+                            .push(Reverse(Timer { at, seq, fiber }));
+                    }
+                }
+                // Woken while it was on its way to park: run it again (its
+                // park returns).
+                Err(_) => {
+                    fiber.state.store(QUEUED, Ordering::Relaxed);
+                    requeue(w, fiber);
+                }
+            }
+        }
+        CoroutineResult::Return(()) => {
+            // Done: the stack goes back to the pool, and the fiber's task
+            // (which holds the fiber) is let go.
+            // SAFETY: as above; the coroutine finished on this worker.
+            let running = unsafe { &mut *fiber.run.get() };
+            if let Some(coroutine) = running.coroutine.take() {
+                drop(coroutine.into_stack());
+            }
+            running.task = None;
+        }
+    }
+}
+
+/// Queues a fiber that stays ready (it has started here: its home) at the
+/// back of this worker's own queue.
+fn requeue(w: &WorkerState, fiber: Arc<Fiber>) {
+    w.pinned.borrow_mut().push_back(fiber);
+}
+
+/// The next fiber for worker `w`: the fibers at home here and its own
+/// queue of new ones, in turns; its inbox; the injector; then the other
+/// workers' queues.
+fn find_work(w: &WorkerState) -> Option<Arc<Fiber>> {
+    // The two queues take turns, so that neither a stream of new fibers nor
+    // fibers that keep yielding hold the other's back.
+    let turn = w.turn.get();
+    w.turn.set(!turn);
+    let home = || w.pinned.borrow_mut().pop_front();
+    let found = match turn {
+        true => home().or_else(|| w.local.pop()),
+        false => w.local.pop().or_else(home),
+    };
+    if found.is_some() {
+        return found;
+    }
+    loop {
+        if let Steal::Success(f) = w.rt.inboxes[w.index].steal() {
+            return Some(f);
+        }
+        let mut retry = false;
+        match w.rt.injector.steal_batch_and_pop(&w.local) {
+            Steal::Success(f) => return Some(f),
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
+        }
+        let n = w.rt.stealers.len();
+        for k in 1..n {
+            let victim = (w.index + k) % n;
+            match w.rt.stealers[victim].steal_batch_and_pop(&w.local) {
+                Steal::Success(f) => return Some(f),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
+        }
+        if !retry {
+            return None;
+        }
+    }
+}
+
+/// Fires the timers that are due; returns when the next one is.
+fn fire_timers(w: &WorkerState) -> Option<Instant> {
+    let now = Instant::now();
+    loop {
+        let due = {
+            let mut timers = w.timers.borrow_mut();
+            match timers.peek() {
+                Some(Reverse(t)) if t.at <= now => timers.pop().map(|Reverse(t)| t.fiber),
+                Some(Reverse(t)) => return Some(t.at),
+                None => return None,
+            }
+        };
+        if let Some(fiber) = due {
+            unpark(&fiber);
+        }
+    }
+}
+
+/// Whether worker `w` could find anything to run.
+fn has_work(w: &WorkerState) -> bool {
+    !w.pinned.borrow().is_empty()
+        || !w.local.is_empty()
+        || !w.rt.inboxes[w.index].is_empty()
+        || !w.rt.injector.is_empty()
+        || w.rt.stealers.iter().any(|s| !s.is_empty())
+}
+
+/// A worker thread's loop.
+fn work(w: &WorkerState) {
+    loop {
+        if let Some(fiber) = find_work(w) {
+            run(w, fiber);
+            continue;
+        }
+        let next_timer = fire_timers(w);
+        if has_work(w) {
+            continue;
+        }
+        if w.rt.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // Sleep: registered first, then a last look (see `Shared::wake_one`).
+        w.rt.sleepers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(w.index);
+        w.rt.idle.fetch_add(1, Ordering::SeqCst);
+        if !has_work(w) && !w.rt.shutdown.load(Ordering::Acquire) {
+            match next_timer {
+                Some(at) => thread::park_timeout(at.saturating_duration_since(Instant::now())),
+                None => thread::park(),
+            }
+        }
+        let mut sleepers = w.rt.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = sleepers.iter().position(|&s| s == w.index) {
+            sleepers.swap_remove(i);
+            w.rt.idle.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A runtime's handle on its workers.
+pub(crate) struct Workers {
+    pub(crate) shared: Arc<Shared>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Starts `count` worker threads whose fibers get `stack_size`-byte stacks.
+    pub(crate) fn start(count: usize, stack_size: usize, name: &str) -> io::Result<Workers> {
+        let count = count.max(1);
+        let deques: Vec<Deque<Arc<Fiber>>> = (0..count).map(|_| Deque::new_fifo()).collect();
+        let shared = Arc::new(Shared {
+            injector: Injector::new(),
+            stealers: deques.iter().map(Deque::stealer).collect(),
+            inboxes: (0..count).map(|_| Injector::new()).collect(),
+            threads: Mutex::new(vec![None; count]),
+            sleepers: Mutex::new(Vec::new()),
+            idle: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            stack_size,
+        });
+        let mut threads = Vec::with_capacity(count);
+        for (index, local) in deques.into_iter().enumerate() {
+            let rt = Arc::clone(&shared);
+            let spawned = thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || {
+                    rt.threads.lock().unwrap_or_else(|e| e.into_inner())[index] =
+                        Some(thread::current());
+                    let w = WorkerState {
+                        index,
+                        rt,
+                        local,
+                        pinned: RefCell::new(VecDeque::new()),
+                        timers: RefCell::new(BinaryHeap::new()),
+                        timer_seq: Cell::new(0),
+                        turn: Cell::new(false),
+                    };
+                    WORKER.with(|p| p.set(&w));
+                    work(&w);
+                    WORKER.with(|p| p.set(std::ptr::null()));
+                    stack::flush_local();
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    let workers = Workers { shared, threads };
+                    drop(workers);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Workers { shared, threads })
+    }
+}
+
+impl Drop for Workers {
+    /// Stops the workers once no fiber is ready to run. Fibers parked then
+    /// stay parked: their memory is leaked, as a thread blocked forever
+    /// keeps its own.
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for index in 0..self.shared.stealers.len() {
+            self.shared.unpark_thread(index);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The payload of a fiber that ended without a result (its runtime stopped
+/// before it finished).
+pub(crate) fn lost() -> Box<dyn Any + Send> {
+    Box::new("the fiber's runtime stopped before the fiber finished")
+}

@@ -1,0 +1,342 @@
+//! `courier::fiber`: the runtime, and `chan` between fibers, threads and
+//! fibers of one worker.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use courier::{chan, fiber};
+
+mod watchdog;
+use watchdog::with_watchdog;
+
+fn runtime(workers: usize) -> fiber::Runtime {
+    fiber::Runtime::builder().workers(workers).build().unwrap()
+}
+
+#[test]
+fn block_on_returns_the_value_and_join_the_fibers() {
+    with_watchdog("join", Duration::from_secs(30), || {
+        let rt = runtime(2);
+        let sum = rt.block_on(|| {
+            let handles: Vec<_> = (0..100u64).map(|i| fiber::spawn(move || i * 2)).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+        });
+        assert_eq!(sum, 9900);
+        // Joined from a thread, too.
+        assert_eq!(rt.spawn(|| 7).join().unwrap(), 7);
+    });
+}
+
+#[test]
+fn a_panic_inside_a_fiber_is_returned_by_join() {
+    with_watchdog("panic", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let handle = rt.spawn(|| -> u32 { panic!("boom") });
+        let payload = handle.join().unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+        // The worker goes on.
+        assert_eq!(rt.block_on(|| 5), 5);
+    });
+}
+
+#[test]
+fn channels_park_fibers_not_workers() {
+    with_watchdog("ping-pong", Duration::from_secs(60), || {
+        // One worker: a fiber blocked on a channel must let the other run.
+        let rt = runtime(1);
+        let n = rt.block_on(|| {
+            let (ping_tx, ping_rx) = chan::bounded::<u32>(0);
+            let (pong_tx, pong_rx) = chan::bounded::<u32>(0);
+            let echo = fiber::spawn(move || {
+                let mut n = 0;
+                for v in ping_rx.iter() {
+                    pong_tx.send(v + 1).unwrap();
+                    n += 1;
+                }
+                n
+            });
+            for i in 0..10_000 {
+                ping_tx.send(i).unwrap();
+                assert_eq!(pong_rx.recv().unwrap(), i + 1);
+            }
+            drop(ping_tx);
+            echo.join().unwrap()
+        });
+        assert_eq!(n, 10_000);
+    });
+}
+
+#[test]
+fn every_flavor_between_fibers_on_several_workers_and_threads() {
+    with_watchdog("flavors", Duration::from_secs(120), || {
+        let rt = runtime(2);
+        for cap in [None, Some(0), Some(1), Some(16)] {
+            let (tx, rx) = match cap {
+                None => chan::unbounded::<u64>(),
+                Some(n) => chan::bounded::<u64>(n),
+            };
+            let producers: Vec<_> = (0..8u64)
+                .map(|p| {
+                    let tx = tx.clone();
+                    rt.spawn(move || {
+                        for i in 0..2_000 {
+                            tx.send(p * 1_000_000 + i).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            // A plain thread among the senders.
+            let thread_tx = tx.clone();
+            let thread = std::thread::spawn(move || {
+                for i in 0..2_000 {
+                    thread_tx.send(99_000_000 + i).unwrap();
+                }
+            });
+            drop(tx);
+            let consumers: Vec<_> = (0..3)
+                .map(|_| {
+                    let rx = rx.clone();
+                    rt.spawn(move || rx.iter().collect::<Vec<u64>>())
+                })
+                .collect();
+            drop(rx);
+            for p in producers {
+                p.join().unwrap();
+            }
+            thread.join().unwrap();
+            let mut all: Vec<u64> = consumers
+                .into_iter()
+                .flat_map(|c| c.join().unwrap())
+                .collect();
+            all.sort_unstable();
+            let mut expected: Vec<u64> = (0..8u64)
+                .flat_map(|p| (0..2_000).map(move |i| p * 1_000_000 + i))
+                .chain((0..2_000).map(|i| 99_000_000 + i))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(all, expected, "capacity {cap:?}");
+        }
+    });
+}
+
+#[test]
+fn select_and_timeouts_park_the_fiber() {
+    with_watchdog("select", Duration::from_secs(60), || {
+        let rt = runtime(1);
+        rt.block_on(|| {
+            let (tx, rx) = chan::bounded::<u32>(1);
+            let (_never_tx, never) = chan::bounded::<u32>(1);
+            // Another fiber on the only worker must run while this one waits.
+            let sender = fiber::spawn(move || {
+                fiber::sleep(Duration::from_millis(20));
+                tx.send(3).unwrap();
+            });
+            let got = courier::select! {
+                recv(rx) -> m => m.unwrap(),
+                recv(never) -> _ => unreachable!(),
+                default(Duration::from_secs(10)) => panic!("the sender never ran"),
+            };
+            assert_eq!(got, 3);
+            sender.join().unwrap();
+            let start = Instant::now();
+            assert!(never.recv_timeout(Duration::from_millis(30)).is_err());
+            assert!(start.elapsed() >= Duration::from_millis(30));
+        });
+    });
+}
+
+#[test]
+fn sleeping_fibers_cost_no_thread() {
+    with_watchdog("sleep", Duration::from_secs(60), || {
+        let rt = runtime(1);
+        let start = Instant::now();
+        rt.block_on(|| {
+            let sleepers: Vec<_> = (0..1_000)
+                .map(|_| fiber::spawn(|| fiber::sleep(Duration::from_millis(100))))
+                .collect();
+            for s in sleepers {
+                s.join().unwrap();
+            }
+        });
+        // A thousand sleeps of 100 ms on one worker overlap.
+        assert!(start.elapsed() < Duration::from_secs(20));
+    });
+}
+
+#[test]
+fn yield_now_lets_the_other_fibers_of_a_worker_run() {
+    with_watchdog("yield", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let order = rt.block_on(|| {
+            let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let fibers: Vec<_> = (0..3)
+                .map(|id| {
+                    let log = Arc::clone(&log);
+                    fiber::spawn(move || {
+                        for step in 0..3 {
+                            log.lock().unwrap().push((id, step));
+                            fiber::yield_now();
+                        }
+                    })
+                })
+                .collect();
+            for f in fibers {
+                f.join().unwrap();
+            }
+            Arc::try_unwrap(log).unwrap().into_inner().unwrap()
+        });
+        // Round robin: each yield lets the other two take a step.
+        let expected: Vec<_> = (0..3)
+            .flat_map(|step| (0..3).map(move |id| (id, step)))
+            .collect();
+        assert_eq!(order, expected);
+    });
+}
+
+#[test]
+fn a_fiber_that_never_yields_does_not_starve_the_others() {
+    with_watchdog("hog", Duration::from_secs(60), || {
+        let rt = runtime(2);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
+        let hog = {
+            let stop = Arc::clone(&stop);
+            rt.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let workers: Vec<_> = (0..100)
+            .map(|_| {
+                let done = Arc::clone(&done);
+                rt.spawn(move || {
+                    done.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(done.load(Ordering::Relaxed), 100);
+        stop.store(true, Ordering::Relaxed);
+        hog.join().unwrap();
+    });
+}
+
+#[test]
+fn local_channels_between_pinned_fibers_of_one_worker() {
+    with_watchdog("local", Duration::from_secs(60), || {
+        let rt = runtime(2);
+        let total = rt.block_on(|| {
+            let (tx, rx) = chan::local::bounded::<u64>(1);
+            let consumers: Vec<_> = (0..4)
+                .map(|_| {
+                    let rx = rx.clone();
+                    fiber::spawn_local(move || rx.iter().sum::<u64>())
+                })
+                .collect();
+            drop(rx);
+            for i in 1..=10_000 {
+                tx.send(i).unwrap();
+            }
+            drop(tx);
+            consumers
+                .into_iter()
+                .map(|c| c.join().unwrap())
+                .sum::<u64>()
+        });
+        assert_eq!(total, 10_000 * 10_001 / 2);
+    });
+}
+
+#[test]
+fn ten_thousand_fibers_in_a_ring() {
+    with_watchdog("ring", Duration::from_secs(120), || {
+        let rt = runtime(2);
+        let hops = rt.block_on(|| {
+            let n = 10_000;
+            let (first_tx, mut prev_rx) = chan::bounded::<u32>(1);
+            let mut fibers = Vec::new();
+            for _ in 0..n {
+                let (tx, rx) = chan::bounded::<u32>(1);
+                let from = std::mem::replace(&mut prev_rx, rx);
+                fibers.push(fiber::spawn(move || {
+                    for v in from.iter() {
+                        if tx.send(v + 1).is_err() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            first_tx.send(0).unwrap();
+            let hops = prev_rx.recv().unwrap();
+            drop(first_tx);
+            for f in fibers {
+                f.join().unwrap();
+            }
+            hops
+        });
+        assert_eq!(hops, 10_000);
+    });
+}
+
+#[test]
+fn named_fibers_and_stack_sizes() {
+    with_watchdog("names", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let name = fiber::Builder::new()
+            .name("worker-7")
+            .stack_size(256 << 10)
+            .spawn_on(&rt, || {
+                // Deep enough to need more than the default 64 KiB.
+                let buf = [1u8; 128 << 10];
+                (
+                    fiber::name(),
+                    std::hint::black_box(&buf)
+                        .iter()
+                        .map(|&b| b as usize)
+                        .sum::<usize>(),
+                )
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(name, (Some("worker-7".to_owned()), 128 << 10));
+        assert_eq!(fiber::name(), None);
+    });
+}
+
+/// A fiber that recurses without bound hits its guard page, and the process
+/// says which fiber and how large its stack was (in a child process).
+#[test]
+fn a_stack_overflow_names_the_fiber() {
+    if std::env::var("COURIER_FIBER_OVERFLOW").is_ok() {
+        #[allow(unconditional_recursion)]
+        fn deep(n: u64) -> u64 {
+            let pad = [n; 64];
+            std::hint::black_box(&pad);
+            deep(n + 1) + pad[3]
+        }
+        let rt = runtime(1);
+        let _ = fiber::Builder::new()
+            .name("recursive")
+            .stack_size(64 << 10)
+            .spawn_on(&rt, || deep(0))
+            .unwrap()
+            .join();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["a_stack_overflow_names_the_fiber", "--exact", "--nocapture"])
+        .env("COURIER_FIBER_OVERFLOW", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("fiber recursive overflowed its 64 KiB stack"),
+        "{stderr}"
+    );
+}
