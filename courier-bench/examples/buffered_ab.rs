@@ -1,7 +1,7 @@
-//! Buffered channels with room for every message, courier against crossbeam-channel and
-//! std's `sync_channel` in one process, taking turns: the A/B behind BENCHMARKS.md's session 9
-//! figures for `spsc_boundedN` and `mpsc_boundedN`, and (with `AB_CAP=unbounded`) session 15's
-//! for `spsc_unbounded`.
+//! Buffered channels, courier against crossbeam-channel and std's `sync_channel` in one
+//! process, taking turns: the `chan` suite's `spsc`, `mpsc` and `mpmc` cases with more rounds
+//! and with switches, for A/B runs of one case and for profiling one subject (see
+//! `docs/waiting-policy.md` for the capacity-one runs).
 //!
 //! `buffered_ab [senders] [rounds] [barrier]` (default 1 sender, 7 rounds): `senders` threads
 //! send 100,000 messages in all (a channel of that capacity) to one receiver on the main thread,

@@ -1,11 +1,10 @@
 //! Ways to move one framed message through a `SOCK_SEQPACKET` socketpair in
 //! one thread, next to courier's and ipc-channel's bytes channels: the
 //! measurements behind the choice of `courier::ipc`'s send and receive paths
-//! between 4 KiB and one packet (BENCHMARKS.md, "Against the issue's
-//! targets", and "Session 7"). The `kept` way copies the payload into a
-//! shared mapping both ends keep and sends only the header through the
-//! socket; the receiver copies it out into a new `Vec` (what
-//! `courier::ipc`'s kept regions do).
+//! between 4 KiB and one packet (`docs/kept-regions.md`). The `kept` way
+//! copies the payload into a shared mapping both ends keep and sends only the
+//! header through the socket; the receiver copies it out into a new `Vec`
+//! (what `courier::ipc`'s kept regions do).
 //!
 //! `cargo run --release -p courier-bench --example framing -- 8192 16384 65536`
 //! prints the median ns per message (send + receive) of each way, over 21

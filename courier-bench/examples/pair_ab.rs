@@ -1,12 +1,15 @@
 //! Two threads over `bounded(1)` or `unbounded` channels, courier against crossbeam-channel in
-//! one process, taking turns: the A/B behind BENCHMARKS.md's session 9 figures for the
-//! capacity-one channel and the two-thread rings.
+//! one process, taking turns, beside the floor of a hand-off between two CPUs.
 //!
-//! `pair_ab [spsc|ring] [bounded1|unbounded] [rounds]`; `PIN=1` puts the two threads on CPUs 0
-//! and 1. `spsc`:
-//! one thread sends, the other receives; `ring`: each thread sends to the other, then receives
-//! (seed 003's ring of two). Also runs the floor of `spsc`: one atomic word handed back and
-//! forth, spinning. Prints each subject's ns per message, sorted.
+//! `pair_ab [spsc|ring] [bounded1|unbounded] [rounds]` (default 7 rounds); `PIN=1` puts the
+//! two threads on CPUs 0 and 1. `spsc`: one thread sends, the other receives; `ring`: each
+//! thread sends to the other, then receives (the `ring` suite's ring of two). `spsc` also runs
+//! its floor: one atomic word handed back and forth, both threads spinning. Prints each
+//! subject's ns per message, sorted.
+//!
+//! `PIN=1 pair_ab spsc bounded1` is also a probe of the machine's state: on the 2-vCPU guests
+//! this project is measured on, its floor reads either ~80-100 ns or ~450-500 ns for minutes at
+//! a time, and every cross-thread figure moves with it (`docs/waiting-policy.md`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

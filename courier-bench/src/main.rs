@@ -1,23 +1,26 @@
-//! `courier-bench`: every seed's benchmark against the peers, in one run.
+//! `courier-bench`: courier's benchmarks against its peers, in one run.
 //!
 //! ```text
-//! courier-bench                       quick run of every suite (< 3 min)
+//! courier-bench                       quick run of every suite (about a minute)
 //! courier-bench <suite> [--full] [--json F] [--md F] [--plot F.svg] [options]
+//! courier-bench document [--full] [--out BENCHMARKS.md] [--plot F.svg]
 //! courier-bench compare OLD.json NEW.json
 //! ```
 //!
 //! The measurement method is written down in `courier_bench::harness`; how to
-//! add a suite in `courier_bench::suites`.
+//! add a suite in `courier_bench::suites`; what each suite measures in
+//! `courier-bench/README.md`.
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use courier_bench::harness::document::{self, Provenance, SuiteRun};
 use courier_bench::harness::report::{self, Report, Style};
 use courier_bench::harness::{child, compare, plot, Ctx, Options, Result};
 use courier_bench::suites::{self, Suite};
@@ -28,7 +31,7 @@ fn run_args() -> [Arg; 6] {
         Arg::new("full")
             .long("full")
             .action(ArgAction::SetTrue)
-            .help("Use the seeds' own parameters (a million messages, 8000 samples...) instead of the quick ones"),
+            .help("Use the original benchmarks' own parameters (a million messages, 8000 samples...) instead of the quick ones"),
         Arg::new("samples")
             .long("samples")
             .value_name("N")
@@ -76,6 +79,35 @@ fn cli() -> Command {
         );
     }
     cmd.subcommand(
+        Command::new(DOCUMENT)
+            .about("Run every suite and write BENCHMARKS.md (what scripts/benchmarks.sh runs)")
+            .args(run_args().into_iter().filter(|a| !matches!(a.get_id().as_str(), "md" | "case")))
+            .arg(
+                Arg::new("out")
+                    .long("out")
+                    .value_name("FILE")
+                    .default_value("BENCHMARKS.md")
+                    .value_parser(value_parser!(PathBuf))
+                    .help("Where to write the document (rewritten whole)"),
+            )
+            .arg(
+                Arg::new("plot")
+                    .long("plot")
+                    .value_name("FILE.svg")
+                    .default_value("docs/bench/ipc_sendrecv.svg")
+                    .value_parser(value_parser!(PathBuf))
+                    .help("Where to draw the ipc suite's send+receive sizes (linked from the document)"),
+            )
+            .arg(
+                Arg::new("notes")
+                    .long("notes")
+                    .value_name("DIR")
+                    .default_value("docs")
+                    .value_parser(value_parser!(PathBuf))
+                    .help("The design notes to list at the end (every *.md file in DIR)"),
+            ),
+    )
+    .subcommand(
         Command::new("compare")
             .about("Print the change of every figure between two --json runs")
             .arg(
@@ -121,6 +153,7 @@ fn main() -> ExitCode {
     let matches = cli().get_matches();
     let result = match matches.subcommand() {
         Some(("compare", sub)) => run_compare(sub),
+        Some((DOCUMENT, sub)) => run_document(sub),
         Some((child::SUBCOMMAND, sub)) => run_child(sub),
         Some((name, sub)) => match suites::suite(name) {
             Some(suite) => run_suites(&[suite], sub, true),
@@ -140,55 +173,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<ExitCode> {
-    let options = Options {
+/// The subcommand that writes BENCHMARKS.md.
+const DOCUMENT: &str = "document";
+
+/// The run's options from its command line.
+fn options(matches: &ArgMatches) -> Options {
+    Options {
         full: matches.get_flag("full"),
         samples: matches.get_one::<u64>("samples").map(|&n| n as usize),
-        case: matches.get_one::<String>("case").cloned(),
-    };
+        case: matches
+            .try_get_one::<String>("case")
+            .ok()
+            .flatten()
+            .cloned(),
+    }
+}
+
+fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<ExitCode> {
+    let options = options(matches);
     let style = Style {
         stats: matches.get_flag("stats"),
     };
     let started = Instant::now();
-    println!(
-        "courier-bench: {} run of {} suite(s) on {}",
-        if options.full { "full" } else { "quick" },
-        list.len(),
-        machine()
-    );
-    let progress = ProgressBar::new(list.len() as u64);
-    progress.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {prefix:>8} [{elapsed_precise}] {bar:24} {pos}/{len} suites  {wide_msg}",
-        )
-        .expect("valid template"),
-    );
-    progress.enable_steady_tick(Duration::from_millis(200));
-    let mut reports: Vec<Report> = Vec::new();
-    let mut failed = false;
-    for suite in list {
-        progress.set_prefix(suite.name);
-        let own = single.then_some(matches);
-        let mut ctx = Ctx::new(suite.name, options.clone(), own, progress.clone());
-        let t0 = Instant::now();
-        let outcome = (suite.run)(&mut ctx);
-        ctx.note(format!("suite time {:.1} s", t0.elapsed().as_secs_f64()));
-        let report = ctx.into_report();
-        progress.suspend(|| {
-            if !report.rows.is_empty() {
-                println!("\n{}", report::table(&report, style));
-            }
-            if let Err(e) = &outcome {
-                eprintln!("courier-bench: suite `{}` failed: {e}", suite.name);
-            }
-            let _ = std::io::stdout().flush();
-        });
-        failed |= outcome.is_err();
-        reports.push(report);
-        progress.inc(1);
-    }
-    progress.finish_and_clear();
+    let (runs, failed) = measure(list, &options, single.then_some(matches), style);
     println!("total time {:.1} s", started.elapsed().as_secs_f64());
+    let reports: Vec<Report> = runs.into_iter().map(|r| r.report).collect();
     if let Some(path) = matches.get_one::<PathBuf>("json") {
         report::write_json(path, &reports)?;
     }
@@ -207,16 +216,116 @@ fn run_suites(list: &[&Suite], matches: &ArgMatches, single: bool) -> Result<Exi
     })
 }
 
-/// "Intel(R) Xeon(R) Processor, 2 CPUs" from /proc/cpuinfo.
-fn machine() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')))
-        .map_or("unknown CPU", |(_, m)| m.trim())
-        .to_string();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cpus} CPUs")
+/// Runs every suite of `list` in turn, printing each one's table as it ends;
+/// `own` holds a single suite's own options. Also says whether any failed.
+fn measure(
+    list: &[&Suite],
+    options: &Options,
+    own: Option<&ArgMatches>,
+    style: Style,
+) -> (Vec<SuiteRun>, bool) {
+    println!(
+        "courier-bench: {} run of {} suite(s) on {}",
+        if options.full { "full" } else { "quick" },
+        list.len(),
+        document::machine()
+    );
+    let progress = ProgressBar::new(list.len() as u64);
+    progress.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {prefix:>8} [{elapsed_precise}] {bar:24} {pos}/{len} suites  {wide_msg}",
+        )
+        .expect("valid template"),
+    );
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let mut runs = Vec::new();
+    let mut failed = false;
+    for suite in list {
+        progress.set_prefix(suite.name);
+        let mut ctx = Ctx::new(suite.name, options.clone(), own, progress.clone());
+        let (wall, t0) = (SystemTime::now(), Instant::now());
+        let outcome = (suite.run)(&mut ctx);
+        let seconds = t0.elapsed().as_secs_f64();
+        ctx.note(format!("suite time {seconds:.1} s"));
+        let report = ctx.into_report();
+        progress.suspend(|| {
+            if !report.rows.is_empty() {
+                println!("\n{}", report::table(&report, style));
+            }
+            if let Err(e) = &outcome {
+                eprintln!("courier-bench: suite `{}` failed: {e}", suite.name);
+            }
+            let _ = std::io::stdout().flush();
+        });
+        failed |= outcome.is_err();
+        runs.push(SuiteRun {
+            report,
+            about: suite.about,
+            started: wall,
+            seconds,
+            error: outcome.err().map(|e| e.to_string()),
+        });
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    (runs, failed)
+}
+
+/// `courier-bench document`: every suite, then BENCHMARKS.md and the plot.
+fn run_document(matches: &ArgMatches) -> Result<ExitCode> {
+    let options = options(matches);
+    let command = std::iter::once("courier-bench".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut provenance = Provenance::gather(command, options.full);
+    let started = Instant::now();
+    let all: Vec<&Suite> = suites::SUITES.iter().collect();
+    let style = Style {
+        stats: matches.get_flag("stats"),
+    };
+    let (runs, failed) = measure(&all, &options, None, style);
+    provenance.seconds = started.elapsed().as_secs_f64();
+    provenance.load.1 = document::load_average();
+    println!("total time {:.1} s", provenance.seconds);
+
+    if let Some(path) = matches.get_one::<PathBuf>("json") {
+        let reports: Vec<Report> = runs.iter().map(|r| r.report.clone()).collect();
+        report::write_json(path, &reports)?;
+    }
+    let out = matches.get_one::<PathBuf>("out").expect("has a default");
+    let base = out.parent().unwrap_or(std::path::Path::new(""));
+    // Links in the document are relative to its own folder.
+    let link = |p: &std::path::Path| {
+        p.strip_prefix(base)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let plot_path = matches.get_one::<PathBuf>("plot").expect("has a default");
+    let plotted = match runs.iter().find(|r| r.report.suite == "ipc") {
+        Some(ipc) if !ipc.report.rows.is_empty() => {
+            if let Some(dir) = plot_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            plot::draw(&ipc.report, plot_path)?;
+            Some(link(plot_path))
+        }
+        _ => None,
+    };
+    let notes_dir = matches.get_one::<PathBuf>("notes").expect("has a default");
+    let notes: Vec<(String, String)> = document::design_notes(notes_dir)
+        .into_iter()
+        .map(|(path, title)| (link(std::path::Path::new(&path)), title))
+        .collect();
+    let text = document::render(&runs, &provenance, plotted.as_deref(), &notes);
+    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("wrote {}", out.display());
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn run_compare(matches: &ArgMatches) -> Result<ExitCode> {

@@ -5,13 +5,13 @@
 //! | clock | source | what it answers |
 //! | --- | --- | --- |
 //! | wall | `Instant` (`CLOCK_MONOTONIC`, vDSO) | how long the caller waited |
-//! | thread CPU | `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` | how long this thread ran (seed 004's clock) |
-//! | cycles | `rdtsc` on x86_64 | seed 001's unit; elsewhere the monotonic clock in ns |
+//! | thread CPU | `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` | how long this thread ran (the clock of the Linux `iov_iter` dispatch patch's test program) |
+//! | cycles | `rdtsc` on x86_64 | the unit of the rump kernel send-path measurements; elsewhere the monotonic clock in ns |
 //!
 //! Wall and CPU time differ when the thread blocks (a cross-process wake-up)
 //! or is preempted; suites report the CPU figure where that difference is the
 //! point. `rdtsc` counts reference cycles at the TSC's constant rate (the
-//! nominal frequency), as the seed did, not the core's current clock.
+//! nominal frequency), as those measurements did, not the core's current clock.
 //!
 //! A sample must be long enough for its clock reads not to matter: reading the
 //! thread CPU clock is a real system call (a few hundred ns), so a [`Sampler`]
@@ -291,8 +291,8 @@ pub type Op<'a, E> = Box<dyn FnMut() -> Result<(), E> + 'a>;
 /// [`time_each`] for several subjects that take turns: after each one's
 /// warm-up, `rounds` rounds in which every subject times `n / rounds` of its
 /// operations (see [`Sampler::interleave`] for why), each turn after one
-/// untimed operation, as there (a review found the first of each turn
-/// timed: a fifth of the 8 MiB round trips of a quick run were cold).
+/// untimed operation, as there (timing the first of each turn made a fifth
+/// of the 8 MiB round trips of a quick run cold ones).
 pub fn time_each_interleaved<E>(
     warmup: usize,
     n: usize,

@@ -118,10 +118,11 @@ pub fn memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
 /// Where a copy's destination sits relative to its source, modulo 4 KiB
 /// ([`CopyPair`]).
 ///
-/// On this machine's AMD Zen 3 guest, glibc 2.36's `memcpy` of 4 KiB to
-/// 256 KiB (its `rep movsb` range) runs at 1.7-1.9 GB/s instead of 30-60
-/// when the destination is 1 to 31 bytes past the source modulo 4 KiB
-/// (BENCHMARKS.md, "Quick run of every suite"). Two same-sized heap
+/// On an AMD EPYC (Zen 3) guest, glibc 2.36's `memcpy` of 4 KiB to 256 KiB
+/// (its `rep movsb` range) runs at 1.7-1.9 GB/s instead of 30-60 when the
+/// destination is 1 to 31 bytes past the source modulo 4 KiB
+/// (`docs/memcpy-placement.md`; the `floor` suite's `memcpy_warm_aliased_64k`
+/// measures it). Two same-sized heap
 /// allocations made one after the other sit exactly there (a 16-byte chunk
 /// header apart), so a floor measured with two `vec!`s can read 20 times
 /// too slow.

@@ -11,12 +11,14 @@
 //!   times every single operation when the tail matters (round trips: p50 and
 //!   p99).
 //! - **Three clocks per sample** ([`measure`]): wall time, the thread's CPU
-//!   time (`CLOCK_THREAD_CPUTIME_ID`, seed 004's clock) and `rdtsc` cycles
-//!   (seed 001's unit). Wall and CPU time differ when the thread blocks or is
-//!   preempted; suites report the CPU figure where that is the point.
+//!   time (`CLOCK_THREAD_CPUTIME_ID`, the clock of the Linux `iov_iter`
+//!   dispatch patch's test program) and `rdtsc` cycles (the unit of the rump
+//!   kernel send-path measurements). Wall and CPU time differ when the thread
+//!   blocks or is preempted; suites report the CPU figure where that is the
+//!   point.
 //! - **Statistics** ([`stats::Summary`]): n, total, min, median, mean, max,
-//!   standard deviation (seed 004's TOTAL LOWEST HIGHEST MEAN STDDEV, shown
-//!   with `--stats`), quartiles and p99. The **median** is the quoted figure;
+//!   standard deviation (that test program's TOTAL LOWEST HIGHEST MEAN
+//!   STDDEV, shown with `--stats`), quartiles and p99. The **median** is the quoted figure;
 //!   the **spread** printed beside it is the interquartile range over the
 //!   median.
 //! - **Cross-process cases** re-execute this binary as a child role
@@ -30,6 +32,7 @@
 
 pub mod child;
 pub mod compare;
+pub mod document;
 pub mod measure;
 pub mod mem;
 pub mod plot;
@@ -114,7 +117,8 @@ pub fn size_label(bytes: u64) -> String {
 /// How a run was asked for.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// `--full`: the seeds' own parameters instead of the quick ones.
+    /// `--full`: the original benchmarks' own parameters instead of the quick
+    /// ones.
     pub full: bool,
     /// `--samples N`: overrides every [`Ctx::samples`] choice.
     pub samples: Option<usize>,

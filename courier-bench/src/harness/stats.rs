@@ -1,7 +1,8 @@
 //! Summary statistics of a set of samples.
 //!
-//! The columns are seed 004's (TOTAL, LOWEST, HIGHEST, MEAN, STDDEV) plus the
-//! quantiles a latency figure needs. Quantiles interpolate linearly between
+//! The columns are those of the Linux `iov_iter` dispatch patch's test
+//! program (TOTAL, LOWEST, HIGHEST, MEAN, STDDEV) plus the quantiles a latency
+//! figure needs. Quantiles interpolate linearly between
 //! the two nearest ranks (Hyndman & Fan type 7, the default of R and NumPy):
 //! for `n` sorted samples `x[0..n]`, quantile `q` sits at position
 //! `h = (n - 1) * q` and is `x[⌊h⌋] + (h - ⌊h⌋) * (x[⌊h⌋ + 1] - x[⌊h⌋])`.
@@ -13,7 +14,7 @@
 pub struct Summary {
     /// Number of samples.
     pub n: usize,
-    /// Sum of all samples (seed 004's TOTAL).
+    /// Sum of all samples (TOTAL).
     pub total: f64,
     /// Smallest sample (LOWEST).
     pub min: f64,

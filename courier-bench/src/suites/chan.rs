@@ -570,12 +570,13 @@ impl Scenario {
     }
 }
 
-/// Messages per sample on bounded(0) and bounded(1): quick, and `--full` (the million).
+/// Messages per sample on bounded(0) and bounded(1): quick, and `--full` (a million, as in
+/// crossbeam-channel's benchmarks).
 const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 /// Messages per sample on the buffered flavors, quick and `--full`. Ten thousand messages take
 /// these flavors 0.2-0.5 ms, which the threads' start-up skew dominates: quick runs had courier
 /// at 0.5x of crossbeam on `spsc_boundedN` and `spsc_unbounded` where a million put it at
-/// 1.0-1.4x (session 6, BENCHMARKS.md "ring and chan").
+/// 1.0-1.4x.
 const BUFFERED_MESSAGES: (usize, usize) = (100_000, 1_000_000);
 
 /// `courier-bench chan`: every scenario × flavor × subject.
@@ -583,9 +584,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let blocking_n = ctx.pick(MESSAGES.0, MESSAGES.1);
     let buffered_n = ctx.pick(BUFFERED_MESSAGES.0, BUFFERED_MESSAGES.1);
     // --full: one sample of a million on bounded(0), where a sample takes the slowest peers
-    // over 30 s (every message may wake a sleeping thread), as the seed's benchmark runs; three
+    // over 30 s (every message may wake a sleeping thread), as crossbeam's benchmarks run; three
     // on bounded(1), where the slowest take 5-15 s and one sample of the multi-thread cases
-    // landed anywhere from 0.5x to 2x of crossbeam (session 10, BENCHMARKS.md); five where a
+    // landed anywhere from 0.5x to 2x of crossbeam; five where a
     // million takes well under a second (the buffered flavors), whose 10-30% differences one
     // sample on a shared machine cannot settle.
     let rendezvous_samples = ctx.samples(3, 1);

@@ -1,7 +1,8 @@
-//! `ipc` (seed 000): courier's cross-process channels against ipc-channel.
+//! `ipc`: courier's cross-process channels against ipc-channel.
 //!
-//! # `sendrecv_<size>`: seed 000's table
-//! One message sent, then received, by one thread on one channel, for sizes
+//! # `sendrecv_<size>`: the table of ipc-channel PR #68
+//! The table of ipc-channel's "Optimisations (and cleanups) of Linux backend"
+//! (<https://github.com/servo/ipc-channel/pull/68>): one message sent, then received, by one thread on one channel, for sizes
 //! 1 B … 8 MiB doubling (24 sizes with `--full`; 13 in the quick run). Subjects:
 //!
 //! | subject | what one operation is |
@@ -15,9 +16,8 @@
 //!
 //! Typed subjects send the value they received last (both crates take `T`
 //! by value): an application sends what it built or was given, and a clone
-//! per message would add an allocation and a copy that no channel causes
-//! (BENCHMARKS.md's figures from before this rule say they were taken with a
-//! clone per send). ipc-channel cannot send a message larger than its socket buffer
+//! per message would add an allocation and a copy that no channel causes.
+//! ipc-channel cannot send a message larger than its socket buffer
 //! and receive it on the same thread (the send blocks until the receiver
 //! reads), so above that size its send runs on a scoped thread per message,
 //! as ipc-channel's own `benches/platform.rs` does.
@@ -47,8 +47,8 @@
 //! their own one-shot server to bootstrap and bytes channels to carry the
 //! payload; every round trip is timed on its own (p50, p99), the subjects
 //! (each with its own child) taking turns in rounds. Placements: `pinned`
-//! (both processes on one CPU) and `split` (one CPU each). Sizes: the
-//! issue's 64 B, 4 KiB and 64 KiB, plus 1 MiB and 8 MiB, where courier's
+//! (both processes on one CPU) and `split` (one CPU each). Sizes: 64 B,
+//! 4 KiB and 64 KiB, plus 1 MiB and 8 MiB, where courier's
 //! whole-message region and ipc-channel's fragment stream part ways: on one
 //! CPU the fragments' small hot kernel buffer wins, on two the region does.
 
@@ -79,7 +79,7 @@ fn sizes(full: bool) -> Vec<usize> {
     if full {
         (0..24).map(|i| 1 << i).collect()
     } else {
-        // Every other size of the seed's table, and its largest.
+        // Every other size of PR #68's table, and its largest.
         (0..24)
             .step_by(2)
             .map(|i| 1 << i)
@@ -425,8 +425,9 @@ const COPY_FLOOR_MIN: usize = 7 * 1024;
 /// and the payload copied in and out of warm memory. The two copies use one
 /// [`CopyPair`] placed [`APART`] (the copy in goes from its source to its
 /// destination, the copy out back), so neither lands on this CPU's slow
-/// `memcpy` placement, as two `Vec`s from the allocator can (a review found
-/// the 256 KiB floor slower than the 1 MiB one).
+/// `memcpy` placement, as two `Vec`s from the allocator can (with them the
+/// 256 KiB floor read slower than the 1 MiB one; see
+/// `docs/memcpy-placement.md`).
 fn floor(data: &[u8]) -> Result<Ops<'_, Error>> {
     use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
     let pair = || {

@@ -1,9 +1,12 @@
-//! `iter` (seed 004): what dispatching on the kind of a buffer costs, and how
-//! far `copy_to_iter` is from a plain `memcpy`.
+//! `iter`: what dispatching on the kind of a buffer costs, and how far
+//! `copy_to_iter` is from a plain `memcpy`.
 //!
 //! # The dispatch experiment (cases `dispatch_*`)
 //!
-//! Seed 004 copied a 32 MiB and a 1 MiB source in 128-byte chunks through
+//! The Linux patch that renumbered the `ITER_*` constants to be dense (David
+//! Howells, "iov_iter: Renumber the ITER_* constants in uio.h", LKML, October
+//! 2018) was measured with a test program that copied a 32 MiB and a 1 MiB
+//! source in 128-byte chunks through
 //! `copy_to_iter`, switching the iterator's kind before every chunk in the
 //! order 0 1 2 3 4 5 5 4 3 2 1 0 (forwards then backwards, so the branch
 //! predictor cannot learn a short cycle), and reported the thread CPU time of
@@ -14,7 +17,7 @@
 //! chunks it receives (the `ubuf`, `mapping` and `chunks` kinds one region
 //! each, the `slices` kind a region cut into 4 KiB slices, the `chunks` kind
 //! 4 KiB boxes; the discard kind counts), so one pass writes each destination
-//! front to back, as the seed's pass wrote its one buffer. Three strategies
+//! front to back, as the patch's test pass wrote its one buffer. Three strategies
 //! dispatch the same per-kind code, courier's kind types:
 //!
 //! | subject | dispatch |
@@ -24,10 +27,11 @@
 //! | `courier-fnptr` | a table of five `fn` pointers indexed by the kind number |
 //!
 //! `dispatch_copy_*` copies the chunks; `dispatch_nocopy_*` only moves each
-//! destination's cursor over the chunk (the seed's "comment out all the memcpy
-//! calls"), to isolate the cost of dispatch. The figure is `pass_cpu_ns`, the
-//! thread CPU time of one pass over the whole source (`--stats` adds seed
-//! 004's TOTAL LOWEST HIGHEST MEAN STDDEV columns). Strategies take turns
+//! destination's cursor over the chunk (the test program's "comment out all
+//! the memcpy calls"), to isolate the cost of dispatch. The figure is
+//! `pass_cpu_ns`, the thread CPU time of one pass over the whole source
+//! (`--stats` adds the test program's TOTAL LOWEST HIGHEST MEAN STDDEV
+//! columns). Strategies take turns
 //! sample by sample, so all three see the same machine.
 //!
 //! # Against the floor (case `copy_1m_64k`)
@@ -51,8 +55,8 @@ use crate::harness::measure::thread_cpu_ns;
 use crate::harness::mem::{CopyPair, APART};
 use crate::harness::{Case, Ctx, Result};
 
-/// Bytes per `copy_to_iter` call in the dispatch experiment (the seed's
-/// `chunksize`).
+/// Bytes per `copy_to_iter` call in the dispatch experiment (the test
+/// program's `chunksize`).
 pub const CHUNK: usize = 128;
 
 /// The number of kinds.
@@ -64,7 +68,7 @@ const ORDER: [u8; 2 * KINDS] = [0, 1, 2, 3, 4, 4, 3, 2, 1, 0];
 /// The segment size of the `slices` and `chunks` destinations.
 const PAGE: usize = 4096;
 
-/// Source sizes of the dispatch experiment (the seed's `bufsize`).
+/// Source sizes of the dispatch experiment (the test program's `bufsize`).
 pub const DISPATCH_SIZES: [usize; 2] = [32 << 20, 1 << 20];
 
 /// Subjects of the dispatch experiment, in the order they take turns.
@@ -98,7 +102,8 @@ fn initialised(len: usize) -> Box<[MaybeUninit<u8>]> {
 impl Dest {
     /// Destinations for a source of `bufsize` bytes cut into [`CHUNK`]s that
     /// go to the kinds in `ORDER`: each kind gets room for exactly its
-    /// chunks. All of it is initialised (as the seed `memset` its buffers).
+    /// chunks. All of it is initialised (as the test program `memset` its
+    /// buffers).
     pub fn new(bufsize: usize) -> Dest {
         let mut room = [0usize; KINDS];
         for i in 0..bufsize / CHUNK {
@@ -383,7 +388,8 @@ pub fn copy_floor(dst: &mut [u8], src: &[u8]) -> usize {
 pub fn floor_copy(samples: usize, ops: usize) -> [Vec<f64>; 2] {
     // One destination for both subjects, so neither gets better-placed memory,
     // and placed where no CPU's memcpy is slow (`mem::APART`: two `vec!`s made
-    // in turn measured both subjects at 2.9 GB/s on this machine, session 20).
+    // in turn measured both subjects at 2.9 GB/s on an AMD EPYC guest; see
+    // docs/memcpy-placement.md).
     let mut pair = CopyPair::new(FLOOR_BYTES, APART, 1);
     let (src, dst) = pair.split();
     let mut out: [Vec<f64>; 2] = Default::default();

@@ -116,7 +116,7 @@ pub fn no_args() -> Vec<clap::Arg> {
 }
 
 /// Every suite, in the order the all-suites run goes through them: the
-/// physical limits first, then the seeds' benchmarks.
+/// physical limits first, then the benchmarks each part of courier answers to.
 pub static SUITES: &[Suite] = &[
     Suite {
         name: "floor",
@@ -126,19 +126,19 @@ pub static SUITES: &[Suite] = &[
     },
     Suite {
         name: "iter",
-        about: "Seed 004: kind dispatch of copy_to_iter (enum vs dyn vs fn-pointer table), and copy_to_iter against memcpy",
+        about: "Kind dispatch of copy_to_iter (enum vs dyn vs fn-pointer table), as in the Linux iov_iter renumbering patch, and copy_to_iter against memcpy",
         args: no_args,
         run: iter::run,
     },
     Suite {
         name: "send",
-        about: "Seed 001: a million 22-byte sends through each reach, sends/s and cycles/send, next to the raw-syscall floor",
+        about: "22-byte sends through each reach (a million with -c 1000000, as in the rump kernel send-path measurements), sends/s and cycles/send, next to the raw-syscall floor",
         args: send::args,
         run: send::run,
     },
     Suite {
         name: "ipc",
-        about: "Seed 000: send+recv by size (1 B .. 8 MiB) and cross-process round trips, courier against ipc-channel",
+        about: "Send+receive by size (1 B .. 8 MiB, the table of ipc-channel PR #68), receiver sets, shared memory and cross-process round trips, courier against ipc-channel",
         args: no_args,
         run: ipc::run,
     },
@@ -150,7 +150,7 @@ pub static SUITES: &[Suite] = &[
     },
     Suite {
         name: "ring",
-        about: "Seed 003: a ring of N threads (2, 4, 16) passing messages (1M with --full) over bounded(1), unbounded, bounded(0), with a futex hand-off floor for bounded(0); plus chan::local in one thread",
+        about: "The ring of Rust's 2012 message-passing post: N threads (2, 4, 16) passing messages (1M with --full) over bounded(1), unbounded, bounded(0), with a futex hand-off floor for bounded(0); plus chan::local in one thread",
         args: no_args,
         run: ring::run,
     },
@@ -211,7 +211,12 @@ mod tests {
         assert_eq!(suites.len(), SUITES.len());
         let roles: HashSet<_> = ROLES.iter().map(|r| r.name).collect();
         assert_eq!(roles.len(), ROLES.len());
-        for taken in ["compare", crate::harness::child::SUBCOMMAND, "help"] {
+        for taken in [
+            "compare",
+            "document",
+            crate::harness::child::SUBCOMMAND,
+            "help",
+        ] {
             assert!(!suites.contains(taken), "suite named {taken}");
         }
         assert_eq!(suite("send").map(|s| s.name), Some("send"));

@@ -1,5 +1,6 @@
-//! Suite `ring` (seed 003): a ring of N tasks, each receiving from one neighbour and sending to
-//! the next, M messages in total, reported as messages/s and ns/message.
+//! Suite `ring`: the benchmark of Rust's 2012 message-passing post ("Progress on Message
+//! Passing Performance", June 2012): a ring of N tasks, each receiving from one neighbour and
+//! sending to the next, M messages in total, reported as messages/s and ns/message.
 //!
 //! As in Rust 2012's `msgsend-ring`, every task loops "send to the next, receive from my own
 //! channel", so N messages circulate at once and every task can make progress in parallel.
@@ -126,12 +127,11 @@ fn ring_runner<P: Peer>(kind: Kind, n: usize) -> (&'static str, Runner) {
     (P::NAME, Box::new(move |m| thread_ring::<P>(kind, n, m / n)))
 }
 
-/// Messages per sample: quick, and `--full` (seed 003's million).
+/// Messages per sample: quick, and `--full` (the 2012 benchmark's million).
 const MESSAGES: (usize, usize) = (10_000, 1_000_000);
 /// Quick runs of the buffered rings move ten times as many: at 10,000 a ring
 /// of two took ~0.6 ms a sample, which the threads' start-up skew swamps
-/// (the `chan` suite's buffered cases moved to 100,000 for the same reason;
-/// a review of the harness found it here too).
+/// (as in the `chan` suite's buffered cases).
 const QUICK_BUFFERED: usize = 100_000;
 
 /// `courier-bench ring`: rings of 2, 4 and 16 threads on bounded(1), unbounded and bounded(0)
@@ -139,7 +139,7 @@ const QUICK_BUFFERED: usize = 100_000;
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     let rendezvous = ctx.pick(MESSAGES.0, MESSAGES.1);
     let buffered = ctx.pick(QUICK_BUFFERED, MESSAGES.1);
-    // --full: a million messages a sample, as seed 003 ran it; three samples, since one on this
+    // --full: a million messages a sample, as the 2012 benchmark ran; three samples, since one on this
     // shared machine moved the rendezvous rings' ratios by 1.3x from run to run.
     let samples = ctx.samples(3, 3);
     for kind in [Kind::Bounded1, Kind::Unbounded, Kind::Bounded0] {

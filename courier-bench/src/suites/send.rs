@@ -1,7 +1,8 @@
-//! `send` (seed 001): `-c N` payloads of `--size` bytes through each reach,
-//! reported as sends/s and cycles/send, next to the raw-syscall floor.
+//! `send`: `-c N` payloads of `--size` bytes through each reach, reported as
+//! sends/s and cycles/send, next to the raw-syscall floor.
 //!
-//! Seed 001 timed a million 22-byte UDP `sendto()`s with `rdtsc` on both
+//! The rump kernel send-path measurements (Antti Kantee, rumpkernel-users,
+//! March 2014) timed a million 22-byte UDP `sendto()`s with `rdtsc` on both
 //! sides. Here one **send** is one message sent and received by the same
 //! thread, so queues never grow and every reach is measured doing the same
 //! work: the floor is a `send` plus a `recv` on a `SOCK_SEQPACKET`
