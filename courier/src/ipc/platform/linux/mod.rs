@@ -33,7 +33,10 @@
 //!   (ipc-channel's earlier design re-queued fragments on the shared socket
 //!   and deadlocked, servo/ipc-channel#34). Fragment payloads are multiples
 //!   of 8 bytes. `ENOBUFS` (the kernel could not allocate a packet that
-//!   large) halves the packet size and retries, down to 2 KiB.
+//!   large) halves the packet size and retries, down to 2 KiB, and so does
+//!   `EMSGSIZE`: packets are sized for this process's default send buffer
+//!   ([`socket::max_packet`]), and an end made from a descriptor may have a
+//!   smaller one.
 //!
 //! # Receiving
 //! Each receiver predicts the next message's size from the last one.
@@ -163,7 +166,8 @@ pub(crate) fn channel() -> std::io::Result<(OsSender, OsReceiver)> {
 
 /// Why an inline send failed, and whether anything went out.
 enum Inline {
-    /// The data packet was too large for the kernel to allocate; nothing was sent.
+    /// The data packet was too large for the kernel to allocate, or for the
+    /// socket's send buffer; nothing was sent.
     DataNoBufs,
     /// The data packet failed; nothing was sent.
     Data(Errno),
@@ -370,7 +374,7 @@ impl OsSender {
         };
         match sent {
             Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
-            Err(Errno::NOBUFS) => Err(Inline::DataNoBufs),
+            Err(Errno::NOBUFS | Errno::MSGSIZE) => Err(Inline::DataNoBufs),
             Err(e) => Err(Inline::Data(e)),
         }
     }
@@ -502,7 +506,7 @@ impl OsSender {
                     rest.advance(len);
                     break;
                 }
-                Err(Errno::NOBUFS) if packet / 2 >= MIN_PACKET => packet /= 2,
+                Err(Errno::NOBUFS | Errno::MSGSIZE) if packet / 2 >= MIN_PACKET => packet /= 2,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -515,7 +519,7 @@ impl OsSender {
             let len = next_bytes(&rest, packet & !7, &mut iov);
             match socket::send(carrier_tx.as_fd(), &iov, &[]) {
                 Ok(_) => rest.advance(len),
-                Err(Errno::NOBUFS) if packet / 2 >= MIN_PACKET => packet /= 2,
+                Err(Errno::NOBUFS | Errno::MSGSIZE) if packet / 2 >= MIN_PACKET => packet /= 2,
                 Err(Errno::PIPE | Errno::CONNRESET) => return Err(self.carrier_closed()),
                 Err(e) => return Err(e.into()),
             }
