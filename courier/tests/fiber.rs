@@ -340,3 +340,137 @@ fn a_stack_overflow_names_the_fiber() {
         "{stderr}"
     );
 }
+
+// ===== I/O =====
+
+#[test]
+fn an_echo_server_with_a_thousand_connections_on_two_workers() {
+    use courier::fiber::net::{TcpListener, TcpStream};
+    use std::io::{Read, Write};
+    with_watchdog("echo", Duration::from_secs(120), || {
+        let rt = runtime(2);
+        let total = rt.block_on(|| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = fiber::spawn(move || {
+                for _ in 0..1_000 {
+                    let (mut conn, _) = listener.accept().unwrap();
+                    fiber::spawn(move || {
+                        let mut buf = [0u8; 64];
+                        loop {
+                            match conn.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => conn.write_all(&buf[..n]).unwrap(),
+                            }
+                        }
+                    });
+                }
+            });
+            // A thousand clients, all connected at once, then each talks.
+            let clients: Vec<_> = (0..1_000u32)
+                .map(|i| {
+                    fiber::spawn(move || {
+                        let mut conn = TcpStream::connect(addr).unwrap();
+                        let mut sum = 0u64;
+                        for round in 0..5u32 {
+                            let msg = (i * 10 + round).to_le_bytes();
+                            conn.write_all(&msg).unwrap();
+                            let mut back = [0u8; 4];
+                            conn.read_exact(&mut back).unwrap();
+                            sum += u64::from(u32::from_le_bytes(back));
+                        }
+                        sum
+                    })
+                })
+                .collect();
+            let total: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+            server.join().unwrap();
+            total
+        });
+        let expected: u64 = (0..1_000u64)
+            .map(|i| (0..5).map(|r| i * 10 + r).sum::<u64>())
+            .sum();
+        assert_eq!(total, expected);
+    });
+}
+
+#[test]
+fn a_fiber_blocked_on_a_socket_whose_peer_dies_gets_the_error() {
+    use courier::fiber::net::UnixStream;
+    use std::io::Read;
+    with_watchdog("dead peer", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let reader = rt.spawn(move || {
+            let mut buf = [0u8; 8];
+            ours.read(&mut buf)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(theirs);
+        assert_eq!(reader.join().unwrap().unwrap(), 0, "end of stream");
+    });
+}
+
+#[test]
+fn an_ipc_receive_in_a_fiber_leaves_the_worker_to_the_others() {
+    use courier::ipc;
+    with_watchdog("ipc in a fiber", Duration::from_secs(60), || {
+        let rt = runtime(1);
+        let (tx, rx) = ipc::channel::<u32>().unwrap();
+        let (btx, brx) = ipc::bytes_channel().unwrap();
+        let got = rt.block_on(move || {
+            // Waits on ipc; the same worker keeps running the counter below.
+            let receiver = fiber::spawn(move || (rx.recv().unwrap(), brx.recv().unwrap()));
+            let counter = fiber::spawn(|| {
+                let mut n = 0;
+                for _ in 0..100 {
+                    fiber::sleep(Duration::from_millis(1));
+                    n += 1;
+                }
+                n
+            });
+            assert_eq!(counter.join().unwrap(), 100);
+            assert!(!receiver.is_finished());
+            // Sent from a thread: the fiber parked on the worker's reactor wakes.
+            std::thread::spawn(move || {
+                tx.send(42).unwrap();
+                btx.send(&[7; 300_000]).unwrap();
+            })
+            .join()
+            .unwrap();
+            receiver.join().unwrap()
+        });
+        assert_eq!(got.0, 42);
+        assert_eq!(got.1, vec![7; 300_000]);
+    });
+}
+
+#[test]
+fn a_receiver_set_and_a_one_shot_accept_wait_as_fibers() {
+    use courier::ipc::{self, IpcOneShotServer, IpcReceiverSet, IpcSender};
+    with_watchdog("set in a fiber", Duration::from_secs(60), || {
+        let rt = runtime(1);
+        let (server, name) = IpcOneShotServer::<u32>::new().unwrap();
+        let (tx, rx) = ipc::channel::<u32>().unwrap();
+        let got = rt.block_on(move || {
+            let waiter = fiber::spawn(move || {
+                let (_rx, first) = server.accept().unwrap();
+                let mut set = IpcReceiverSet::new().unwrap();
+                set.add(rx).unwrap();
+                let results = set.select().unwrap();
+                let (_, message) = results.into_iter().next().unwrap().unwrap();
+                (first, message.to::<u32>().unwrap())
+            });
+            // The worker is free while the waiter waits: this fiber runs.
+            fiber::sleep(Duration::from_millis(20));
+            assert!(!waiter.is_finished());
+            std::thread::spawn(move || {
+                IpcSender::<u32>::connect(name).unwrap().send(1).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                tx.send(2).unwrap();
+            });
+            waiter.join().unwrap()
+        });
+        assert_eq!(got, (1, 2));
+    });
+}

@@ -54,14 +54,17 @@
 //! it fails with an error that says so, and a million fibers need
 //! `sysctl -w vm.max_map_count=2100000`.
 
+pub mod net;
 mod sched;
 mod stack;
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chan::oneshot;
+pub(crate) use sched::Interest;
 
 /// The default size of a fiber's stack: room for ordinary code (formatting,
 /// serde, a few KiB of buffers on the stack), and a million of them fit in
@@ -359,4 +362,43 @@ pub fn sleep_until(deadline: Instant) {
 /// The name of the calling fiber, if it is a named fiber.
 pub fn name() -> Option<String> {
     sched::current().and_then(|f| f.name().map(str::to_owned))
+}
+
+/// Whether the caller is a fiber.
+pub(crate) fn in_fiber() -> bool {
+    sched::current().is_some()
+}
+
+/// Waits until `fd` is ready for `interest` (or hung up, or failed), or
+/// `deadline`: `Ok(true)` if ready. A fiber parks on its worker's reactor;
+/// a thread waits in `poll(2)`.
+pub(crate) fn wait_fd(
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    if let Some(fiber) = sched::current() {
+        return sched::wait_fd(fiber, fd, interest, deadline);
+    }
+    use rustix::event::{poll, PollFd, PollFlags};
+    let flags = match interest {
+        Interest::Read => PollFlags::IN,
+        Interest::Write => PollFlags::OUT,
+    };
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = left.map(|left| {
+            rustix::time::Timespec::try_from(left).unwrap_or(rustix::time::Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
+        });
+        let mut fds = [PollFd::new(&fd, flags)];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }

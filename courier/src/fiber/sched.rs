@@ -43,16 +43,20 @@
 use std::any::Any;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::{self, Thread};
+use std::thread;
 use std::time::Instant;
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
+use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::io::Errno;
 
 use super::stack::{self, PooledStack};
 use crate::chan::{self, Park, TaskContext};
@@ -207,8 +211,8 @@ pub(crate) struct Shared {
     stealers: Vec<Stealer<Arc<Fiber>>>,
     /// Each worker's inbox of pinned fibers woken from elsewhere.
     inboxes: Vec<Injector<Arc<Fiber>>>,
-    /// Each worker's thread, once it started.
-    threads: Mutex<Vec<Option<Thread>>>,
+    /// Each worker's `epoll` instance and the `eventfd` that wakes it.
+    reactors: Vec<Reactor>,
     /// Workers asleep, by index.
     sleepers: Mutex<Vec<usize>>,
     idle: AtomicUsize,
@@ -249,9 +253,8 @@ impl Shared {
     }
 
     fn unpark_thread(&self, index: usize) {
-        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(Some(thread)) = threads.get(index) {
-            thread.unpark();
+        if let Some(reactor) = self.reactors.get(index) {
+            reactor.wake();
         }
     }
 }
@@ -296,6 +299,137 @@ struct WorkerState {
     timer_seq: Cell<u64>,
     /// Which queue `find_work` looks at first.
     turn: Cell<bool>,
+    /// Fibers waiting for a descriptor, by the token of their registration.
+    io_waits: RefCell<HashMap<u64, Arc<Fiber>>>,
+    next_token: Cell<u64>,
+    /// Turns since the reactor was last looked at.
+    since_poll: Cell<u32>,
+}
+
+/// A worker's `epoll` instance, and an `eventfd` in it that other threads
+/// write to wake the worker (token 0).
+struct Reactor {
+    epoll: OwnedFd,
+    event: OwnedFd,
+}
+
+/// The token of a reactor's `eventfd`.
+const WAKE_TOKEN: u64 = 0;
+/// Turns of fibers between two looks at the reactor while fibers are ready.
+const POLL_EVERY: u32 = 61;
+
+impl Reactor {
+    fn new() -> io::Result<Reactor> {
+        let epoll = epoll::create(CreateFlags::CLOEXEC)?;
+        let event = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(
+            &epoll,
+            &event,
+            EventData::new_u64(WAKE_TOKEN),
+            EventFlags::IN | EventFlags::ET,
+        )?;
+        Ok(Reactor { epoll, event })
+    }
+
+    /// Wakes the worker from its wait (or makes its next wait return).
+    fn wake(&self) {
+        let _ = rustix::io::write(&self.event, &1u64.to_ne_bytes());
+    }
+}
+
+/// Waits on worker `w`'s reactor up to `timeout` (`None`: no limit; zero:
+/// a look) and wakes the fibers whose descriptors are ready.
+fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) {
+    w.since_poll.set(0);
+    let reactor = &w.rt.reactors[w.index];
+    let mut events = [const { std::mem::MaybeUninit::<epoll::Event>::uninit() }; 64];
+    let timeout = timeout.map(|t| {
+        rustix::time::Timespec::try_from(t.min(std::time::Duration::from_secs(3600))).unwrap_or(
+            rustix::time::Timespec {
+                tv_sec: 3600,
+                tv_nsec: 0,
+            },
+        )
+    });
+    let ready = match epoll::wait(&reactor.epoll, &mut events[..], timeout.as_ref()) {
+        Ok((ready, _)) => ready,
+        Err(_) => return,
+    };
+    for event in ready.iter() {
+        match event.data.u64() {
+            WAKE_TOKEN => {
+                let mut counter = [0u8; 8];
+                let _ = rustix::io::read(&reactor.event, &mut counter);
+            }
+            token => {
+                let fiber = w.io_waits.borrow_mut().remove(&token);
+                if let Some(fiber) = fiber {
+                    unpark(&fiber);
+                }
+            }
+        }
+    }
+}
+
+/// What a fiber waits for on a descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interest {
+    Read,
+    Write,
+}
+
+/// Parks the running fiber `fiber` until `fd` is ready for `interest` (or
+/// hung up, or failed), or `deadline`: `Ok(true)` if it is ready, `Ok(false)`
+/// if the deadline came first. Its worker runs other fibers meanwhile.
+pub(crate) fn wait_fd(
+    fiber: &Fiber,
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    let w = WORKER.with(Cell::get);
+    assert!(!w.is_null(), "a fiber runs on its worker");
+    // SAFETY: a running fiber's thread is its worker, alive while it runs.
+    let w = unsafe { &*w };
+    let token = w.next_token.get();
+    w.next_token.set(token + 1);
+    let me = CURRENT.with(Cell::get);
+    // SAFETY: `me` is the running fiber's `Arc` pointer (set by `run`), alive
+    // for this turn: one more strong count, owned by the wait registration.
+    let me = unsafe {
+        Arc::increment_strong_count(me);
+        Arc::from_raw(me)
+    };
+    let flags = match interest {
+        Interest::Read => EventFlags::IN | EventFlags::RDHUP,
+        Interest::Write => EventFlags::OUT,
+    } | EventFlags::ONESHOT;
+    let epoll_fd = &w.rt.reactors[w.index].epoll;
+    // A descriptor another fiber of this worker already waits on (its other
+    // direction) is registered through a duplicate: `epoll` keys entries by
+    // descriptor number and open file.
+    let dup = match epoll::add(epoll_fd, fd, EventData::new_u64(token), flags) {
+        Ok(()) => None,
+        Err(Errno::EXIST) => {
+            let copy = fd.try_clone_to_owned()?;
+            epoll::add(epoll_fd, &copy, EventData::new_u64(token), flags)?;
+            Some(copy)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    w.io_waits.borrow_mut().insert(token, me);
+    let ready = loop {
+        park_current(fiber, deadline);
+        if !w.io_waits.borrow().contains_key(&token) {
+            break true;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break false;
+        }
+    };
+    w.io_waits.borrow_mut().remove(&token);
+    let _ = epoll::delete(epoll_fd, dup.as_ref().map_or(fd, AsFd::as_fd));
+    Ok(ready)
 }
 
 struct Timer {
@@ -555,6 +689,13 @@ fn work(w: &WorkerState) {
     loop {
         if let Some(fiber) = find_work(w) {
             run(w, fiber);
+            // Descriptors are looked at now and then even while fibers are
+            // ready, so that a busy worker does not starve its waiting ones.
+            let turns = w.since_poll.get() + 1;
+            w.since_poll.set(turns);
+            if turns >= POLL_EVERY && !w.io_waits.borrow().is_empty() {
+                poll_reactor(w, Some(std::time::Duration::ZERO));
+            }
             continue;
         }
         let next_timer = fire_timers(w);
@@ -571,10 +712,10 @@ fn work(w: &WorkerState) {
             .push(w.index);
         w.rt.idle.fetch_add(1, Ordering::SeqCst);
         if !has_work(w) && !w.rt.shutdown.load(Ordering::Acquire) {
-            match next_timer {
-                Some(at) => thread::park_timeout(at.saturating_duration_since(Instant::now())),
-                None => thread::park(),
-            }
+            let timeout = next_timer.map(|at| at.saturating_duration_since(Instant::now()));
+            poll_reactor(w, timeout);
+        } else if !w.io_waits.borrow().is_empty() {
+            poll_reactor(w, Some(std::time::Duration::ZERO));
         }
         let mut sleepers = w.rt.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = sleepers.iter().position(|&s| s == w.index) {
@@ -599,7 +740,9 @@ impl Workers {
             injector: Injector::new(),
             stealers: deques.iter().map(Deque::stealer).collect(),
             inboxes: (0..count).map(|_| Injector::new()).collect(),
-            threads: Mutex::new(vec![None; count]),
+            reactors: (0..count)
+                .map(|_| Reactor::new())
+                .collect::<io::Result<_>>()?,
             sleepers: Mutex::new(Vec::new()),
             idle: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
@@ -611,8 +754,6 @@ impl Workers {
             let spawned = thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
-                    rt.threads.lock().unwrap_or_else(|e| e.into_inner())[index] =
-                        Some(thread::current());
                     let w = WorkerState {
                         index,
                         rt,
@@ -621,6 +762,9 @@ impl Workers {
                         timers: RefCell::new(BinaryHeap::new()),
                         timer_seq: Cell::new(0),
                         turn: Cell::new(false),
+                        io_waits: RefCell::new(HashMap::new()),
+                        next_token: Cell::new(WAKE_TOKEN + 1),
+                        since_poll: Cell::new(0),
                     };
                     WORKER.with(|p| p.set(&w));
                     work(&w);

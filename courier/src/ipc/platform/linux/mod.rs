@@ -79,6 +79,7 @@ use serde::{Deserialize, Serialize};
 
 use self::shm::{KeptRegion, MapCache, PausedCopy, Pool, Progress, Route, Span, Stream, Take};
 use crate::buf::{fill_spare, IoIter, RawIoVec, UbufMut};
+use crate::fiber::Interest;
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::err::WireError;
 use crate::ipc::handles::Descriptor;
@@ -1072,11 +1073,14 @@ impl OsReceiver {
         // The steady state of small messages takes a shorter path; anything
         // else it reads is handed to the loop as the loop's own read.
         let mut first = None;
+        // A fiber never blocks its worker in the kernel: it reads without
+        // waiting, and waits on its worker's reactor (`wait_readable`).
+        let fiber = crate::fiber::in_fiber();
         if state.ready.is_empty()
             && state.waiting.is_empty()
             && self.packet_guess.get() <= SCATTER_MIN
         {
-            let dontwait = !matches!(wait, Wait::Block);
+            let dontwait = fiber || !matches!(wait, Wait::Block);
             match self.read_plain(&state, dst, limit, dontwait) {
                 Ok(()) => return Ok((Vec::new(), false)),
                 Err(other) => first = Some(other),
@@ -1096,7 +1100,7 @@ impl OsReceiver {
             // Block in the kernel only when nothing waits for descriptors;
             // otherwise read without blocking (a descriptor packet normally
             // follows its message at once) and wait below, with a deadline.
-            let dontwait = !matches!(wait, Wait::Block) || !state.waiting.is_empty();
+            let dontwait = fiber || !matches!(wait, Wait::Block) || !state.waiting.is_empty();
             let read = match first
                 .take()
                 .unwrap_or_else(|| self.read(&state, dst, split.as_mut(), limit, dontwait))
@@ -1874,8 +1878,16 @@ fn recv_fragments(
     Ok(true)
 }
 
-/// Waits until `fd` is readable (or hung up), or `deadline` passes.
+/// Waits until `fd` is readable (or hung up), or `deadline` passes. A fiber
+/// parks on its worker's reactor; a thread waits in `poll(2)`.
 fn wait_readable(fd: BorrowedFd<'_>, deadline: Instant) -> Result<(), RecvError> {
+    if crate::fiber::in_fiber() {
+        return match crate::fiber::wait_fd(fd, Interest::Read, Some(deadline)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(RecvError::Empty),
+            Err(e) => Err(RecvError::Io(e)),
+        };
+    }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout = Timespec::try_from(left).unwrap_or(Timespec {
@@ -1947,7 +1959,12 @@ impl OsOneShotServer {
     /// returns the connection as a receiver.
     pub(crate) fn accept(&self, timeout: Option<Duration>) -> Result<OsReceiver, RecvError> {
         if let Some(timeout) = timeout {
-            wait_readable(self.listener.as_fd(), Instant::now() + timeout)?;
+            wait_readable(self.listener.as_fd(), after(timeout))?;
+        } else if crate::fiber::in_fiber() {
+            // A fiber waits on its reactor, not in `accept`.
+            while let Err(RecvError::Empty) =
+                wait_readable(self.listener.as_fd(), after(Duration::from_secs(3600)))
+            {}
         }
         loop {
             match net::accept_with(&self.listener, SocketFlags::CLOEXEC) {

@@ -11,7 +11,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
@@ -62,6 +62,9 @@ impl Poller {
     /// does not end the wait early.
     pub(crate) fn wait(&self, deadline: Option<Instant>, keys: &mut Vec<u64>) -> io::Result<()> {
         let mut events = [const { MaybeUninit::<epoll::Event>::uninit() }; EVENTS];
+        if crate::fiber::in_fiber() {
+            return self.wait_as_fiber(deadline, keys, &mut events);
+        }
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let timeout = Timespec::try_from(left.map_or(MAX_WAIT, |left| left.min(MAX_WAIT)))
@@ -76,6 +79,35 @@ impl Poller {
                 }
                 Err(Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// [`wait`](Self::wait) from a fiber: the `epoll` instance is itself
+    /// readable when a watched socket is, so the fiber parks on that through
+    /// its worker's reactor and then looks without waiting.
+    fn wait_as_fiber(
+        &self,
+        deadline: Option<Instant>,
+        keys: &mut Vec<u64>,
+        events: &mut [MaybeUninit<epoll::Event>],
+    ) -> io::Result<()> {
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            match epoll::wait(&self.epoll, &mut *events, Some(&now)) {
+                Ok((ready, _)) if !ready.is_empty() => {
+                    keys.extend(ready.iter().map(|event| event.data.u64()));
+                    return Ok(());
+                }
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let interest = crate::fiber::Interest::Read;
+            if !crate::fiber::wait_fd(self.epoll.as_fd(), interest, deadline)? {
+                return Ok(());
             }
         }
     }

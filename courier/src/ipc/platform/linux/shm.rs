@@ -1401,6 +1401,14 @@ impl Mapping {
             // Shared (not `PRIVATE`): the word lives in memory another
             // process maps. `EAGAIN` (`seq` moved), a timeout or `EINTR`:
             // look again.
+            if crate::fiber::in_fiber() {
+                // A fiber must not sleep in the kernel (its worker would):
+                // it naps on its worker's timers, a little at a time.
+                crate::fiber::sleep(
+                    Duration::from_micros(200).min(until.saturating_duration_since(now)),
+                );
+                continue;
+            }
             let _ = futex::wait(self.seq(), futex::Flags::empty(), seq, Some(&nap));
         }
     }
