@@ -474,3 +474,29 @@ fn a_receiver_set_and_a_one_shot_accept_wait_as_fibers() {
         assert_eq!(got, (1, 2));
     });
 }
+
+#[test]
+fn spawn_blocking_keeps_the_worker_free() {
+    with_watchdog("blocking", Duration::from_secs(60), || {
+        let rt = runtime(1);
+        let (slept, ticks) = rt.block_on(|| {
+            let blocker = fiber::spawn_blocking(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                "slept"
+            });
+            // The only worker keeps running fibers meanwhile.
+            let ticker = fiber::spawn(|| {
+                let mut ticks = 0;
+                while ticks < 10 {
+                    fiber::sleep(Duration::from_millis(1));
+                    ticks += 1;
+                }
+                ticks
+            });
+            (blocker.join().unwrap(), ticker.join().unwrap())
+        });
+        assert_eq!((slept, ticks), ("slept", 10));
+        let panicked = fiber::spawn_blocking(|| panic!("in the pool")).join();
+        assert!(panicked.is_err());
+    });
+}

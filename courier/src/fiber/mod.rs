@@ -54,6 +54,7 @@
 //! it fails with an error that says so, and a million fibers need
 //! `sysctl -w vm.max_map_count=2100000`.
 
+mod blocking;
 pub mod net;
 mod sched;
 mod stack;
@@ -325,6 +326,23 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JoinHandle").finish_non_exhaustive()
     }
+}
+
+/// Runs `f` on a thread of a pool kept for calls that would block a worker
+/// (a blocking system call, a library that waits on its own), and returns a
+/// handle that joins it from a fiber (which parks) or a thread. The pool
+/// grows as calls need threads, and a thread idle for 10 s ends.
+pub fn spawn_blocking<T, F>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (done, result) = oneshot();
+    blocking::run(Box::new(move || {
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = done.send(value);
+    }));
+    JoinHandle { result }
 }
 
 /// Lets the other ready fibers of this worker run, then goes on (a thread:
