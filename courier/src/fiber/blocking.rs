@@ -2,7 +2,7 @@
 //! and lets a thread go after it has idled for [`IDLE`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::chan;
@@ -19,17 +19,16 @@ struct Pool {
     idle: AtomicUsize,
 }
 
-static POOL: Mutex<Option<&'static Pool>> = Mutex::new(None);
+static POOL: OnceLock<Pool> = OnceLock::new();
 
 fn pool() -> &'static Pool {
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    *pool.get_or_insert_with(|| {
+    POOL.get_or_init(|| {
         let (jobs, receiver) = chan::unbounded();
-        Box::leak(Box::new(Pool {
+        Pool {
             jobs,
             receiver,
             idle: AtomicUsize::new(0),
-        }))
+        }
     })
 }
 
