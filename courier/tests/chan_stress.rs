@@ -154,7 +154,8 @@ fn select_many_to_many_totals() {
 
 #[test]
 fn ring_of_threads_completes() {
-    // Seed 003's ring: every task sends to the next and receives from its own channel.
+    // A ring (`courier-bench ring`'s shape): every task sends to the next and receives from its
+    // own channel.
     with_watchdog(
         "ring_of_threads_completes",
         Duration::from_secs(120),
@@ -392,7 +393,7 @@ std::thread_local! {
 }
 
 /// An operation run from inside `Park::park` on the waiting task's own context must not
-/// disturb the waiting operation (it used to reset its claim word: a lost hand-off, a hang).
+/// disturb the waiting operation (resetting its claim word would lose a hand-off: a hang).
 #[test]
 fn an_operation_run_by_park_leaves_the_waiting_one_alone() {
     with_watchdog("park_reentry", Duration::from_secs(60), || {

@@ -44,11 +44,12 @@ impl Backoff {
     /// A lost race means the word's line has just moved to the winner's CPU, and the winner
     /// is likely to want it again at once (a sender streaming its next message); taking it
     /// straight back makes both of them pay a transfer a message. Measured with
-    /// `AB_CAP=unbounded AB_RECEIVERS=4|1 buffered_ab 4 5 barrier` (four senders, four
-    /// receivers or one), builds in turn (session 19, BENCHMARKS.md): crossbeam-channel's time
-    /// over courier's went from 1.0-1.2x to 1.14-1.18x (4 x 4) and from 1.05-1.26x to
-    /// 1.06-1.44x (4 x 1) in the fast mode; starting at 2^2 or 2^6 measured no better than 2^4
-    /// in the slow mode, and retrying with no spin at all measured 1.5-2x slower (fast mode).
+    /// `AB_CAP=unbounded AB_RECEIVERS=4|1 buffered_ab 4 5 barrier` (`courier-bench/examples`;
+    /// four senders, four receivers or one), builds in turn, in the machine's fast mode:
+    /// crossbeam-channel's time over courier's is 1.14-1.18x (4 x 4) and 1.06-1.44x (4 x 1)
+    /// with this, 1.0-1.2x and 1.05-1.26x when the first lost race spins one `pause`; retrying
+    /// with no spin at all is 1.5-2x slower, and starting at 2^2 or 2^6 measures no better
+    /// than 2^4 (slow mode).
     ///
     /// Two consequences: a race lost in the inlined first pass of a claim (`reserve_send`,
     /// `reserve_recv`) is retried at once by the loop it falls into, and only a second loss
@@ -111,19 +112,14 @@ impl Backoff {
 /// Every waiter polls first, then registers and parks; a peer that makes the side ready wakes
 /// one registered waiter whenever there is one (`SyncWaitList::notify`), polling or not.
 ///
-/// Until session 13 this also counted the side's pollers, and a peer that saw one skipped the
-/// wake-up, leaving what it made ready to the pollers: it kept a futex wake off the peer's
-/// critical path, at the price of a step for every poller that left
-/// (`SyncWaitList::pass_on`, which woke a parked waiter if the side was still ready). In the
-/// fast mode, skipping is what kept `mpsc` and `mpmc` over `bounded(1)` behind
-/// crossbeam-channel, which always wakes. A plausible mechanism, not isolated: a sender parked
-/// behind the full slot stayed parked while any other sender polled, so a receiver freeing the
-/// slot never moved that sender's message into it (`Channel::hand_off` in the bounded flavor
-/// runs only on a wake-up), and the next message waited for a polling sender to be scheduled.
-/// `chan --full --case c_bounded1` in the fast mode, crossbeam's time over courier's, skipping
-/// against always waking (runs in turn): `mpsc_bounded1` 0.71-0.87x -> 1.07-1.74x,
-/// `mpmc_bounded1` 0.63-0.78x -> 1.33-2.16x; the rings of 4 and 16 threads over bounded(1)
-/// unchanged (BENCHMARKS.md, session 13).
+/// Leaving the wake-up to the pollers while any poll (which keeps a futex wake off the peer's
+/// critical path) measures slower: a sender parked behind a full slot then stays parked while
+/// another sender polls, a receiver that frees the slot never moves the parked sender's message
+/// into it (the bounded flavors' hand-off runs on a wake-up), and the next message waits for a
+/// polling sender to be scheduled. `courier-bench chan --full --case c_bounded1` in the
+/// machine's fast mode, crossbeam-channel's time over courier's, always waking against
+/// skipping: `mpsc_bounded1` 1.07-1.74x against 0.71-0.87x, `mpmc_bounded1` 1.33-2.16x against
+/// 0.63-0.78x; the rings of 4 and 16 threads over `bounded(1)` the same either way.
 pub(crate) struct Pollers {
     /// How long a polling thread spins before its first yield: see [`SpinEstimate`].
     spin: SpinEstimate,
@@ -163,11 +159,11 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// keeps the vCPU awake: parking would let it halt, and waking a halted vCPU costs ~30 µs here.
 /// When threads outnumber CPUs, the same yield hands the CPU to another runnable thread, often
 /// the peer being waited for, which is what parking achieves, minus the futex round trip.
-/// Measured with `courier-bench ring` (see BENCHMARKS.md), against a fixed `pause` spin of 1-3
-/// µs before the yields: yielding at once was faster in every ring (bounded(1) rings of 4 and
-/// 16 threads 2-3x; the adaptive spin above costs them 10-30%), and a yield phase of 5 µs
-/// lets 4- and 16-thread rendezvous rings fall back to parking (17 µs/message) where 50 µs keeps
-/// them at 2-5 µs.
+/// Measured with `courier-bench ring`, against a fixed `pause` spin of 1-3 µs before the
+/// yields: yielding at once is faster in every ring (the `bounded(1)` rings of 4 and 16 threads
+/// 2-3x; the adaptive spin above costs them 10-30%), and a yield phase of 5 µs lets the 4- and
+/// 16-thread rendezvous rings fall back to parking (17 µs a message) where 50 µs keeps them at
+/// 2-5 µs. `docs/waiting-policy.md` gives the whole policy and its measurements.
 ///
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
 /// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
@@ -219,10 +215,10 @@ pub(crate) fn spin_then_yield<R>(
 /// [`spin_then_yield`].
 ///
 /// Out of line: it runs only once a wait has begun, and inlined (with the exploring wait's
-/// thread-local counter) it changed the code of the send and receive fast paths it was inlined
-/// beside enough to move `spsc_boundedN` (a million messages) from 13 to 15-29 ns a message
-/// (`chan --full --case spsc_boundedN`, session 10). How closely a receiver trails its sender
-/// there depends on the exact timing of both loops; see BENCHMARKS.md.
+/// thread-local counter) it changes the code of the send and receive fast paths beside it
+/// enough to move `courier-bench chan --full --case spsc_boundedN` (a million messages) from 13
+/// to 15-29 ns a message. How closely a receiver trails its sender there depends on the exact
+/// timing of both loops.
 #[inline(never)]
 pub(crate) fn spin_adaptively<R>(
     estimate: &SpinEstimate,
@@ -258,15 +254,15 @@ pub(crate) fn spin_adaptively<R>(
 /// Without it the estimate could not grow where only long spins pay: `mpmc_bounded1` (four
 /// senders and four receivers on a capacity-one channel, two CPUs) has a counterpart on the
 /// other CPU take the slot within ~1-2 µs, but a spin of a few `pause`s never sees it, so every
-/// wait ran out, pulled the estimate to the floor, and went on to poll between `sched_yield`s:
-/// two yields and 1.6 context switches a message (`perf stat`), against crossbeam's 0.06.
-/// Exploring (1 in 64) with the censoring above: `buffered_ab` with `AB_CAP=1 AB_RECEIVERS=4`,
-/// 1.68-1.88 -> 0.73-0.96 µs a message (crossbeam 1.06-1.22); `chan --case _bounded1`,
-/// interleaved with the build before, `mpmc_bounded1` 1.64-1.98 -> 0.84-1.45 µs,
-/// `mpsc_bounded1` 1.65-1.91 -> 1.27-1.30 µs, `spsc_bounded1` 537-545 -> 369-431 ns; the ring
-/// of two over bounded(1) 284-1280 -> 161-168 ns; the bounded(1) rings of 4 and 16 threads,
-/// where no spin pays, 0-10% slower (BENCHMARKS.md, session 10). One in 16 cost those rings
-/// 15-20%.
+/// wait would run out, pull the estimate to the floor, and go on to poll between
+/// `sched_yield`s: two yields and 1.6 context switches a message (`perf stat`), against
+/// crossbeam's 0.06. Exploring (1 in 64), with and without, builds in turn:
+/// `AB_CAP=1 AB_RECEIVERS=4 buffered_ab 4 5 barrier` (`courier-bench/examples`) 0.73-0.96 µs a
+/// message against 1.68-1.88 (crossbeam 1.06-1.22); `courier-bench chan --case _bounded1`:
+/// `mpmc_bounded1` 0.84-1.45 µs against 1.64-1.98, `mpsc_bounded1` 1.27-1.30 against
+/// 1.65-1.91, `spsc_bounded1` 369-431 ns against 537-545; `courier-bench ring --case
+/// ring_bounded1_2` 161-168 ns against 284-1280; the `bounded(1)` rings of 4 and 16 threads,
+/// where no spin pays, 0-10% slower. One in 16 costs those rings 15-20%.
 const EXPLORE_EVERY: u32 = 64;
 
 /// Is this wait of the calling thread one that explores?
@@ -284,7 +280,7 @@ fn explores() -> bool {
 }
 
 /// Attempts a thread spins before yielding when spinning has not been paying (one `pause`; 2
-/// attempts measured no better: BENCHMARKS.md, session 4).
+/// attempts measure no better in `courier-bench chan --case _bounded1`).
 const SPIN_FLOOR: u32 = 1;
 /// Most attempts a thread spins before yielding (127 pauses, ~2.2 µs: crossbeam's whole spin
 /// phase).
@@ -306,17 +302,18 @@ const SCALE: u32 = 16;
 /// per acquisition) and Solaris's adaptive locks, except that here a whole spin that fails
 /// shrinks the estimate instead of growing it.
 ///
-/// Since only whole spins shrink it (session 10), an estimate in the middle of its range falls
-/// back only through the exploring waits: from a limit of 5 to the floor takes about 14 of them,
-/// some 900 waits, each spending its partial spin meanwhile. Where no spin pays (the rings of
-/// 4 and 16 threads) that measured 0-10% slower; letting every short failure shrink it again
-/// kept `mpmc_bounded1` at 1.06-1.24 µs against 0.73-0.96.
+/// Since only whole spins shrink it, an estimate in the middle of its range falls back only
+/// through the exploring waits: from a limit of 5 to the floor takes about 14 of them, some 900
+/// waits, each spending its partial spin meanwhile. Where no spin pays (the rings of 4 and 16
+/// threads) that measures 0-10% slower; letting every short failure shrink it keeps
+/// `mpmc_bounded1` at 1.06-1.24 µs against 0.73-0.96.
 ///
-/// Measured (session 4, BENCHMARKS.md "ring and chan"; `chan` and `ring` quick, alternating
-/// builds): `mpmc_bounded1` 1.5-1.8 -> 0.85-1.37 µs per message, `mpsc_bounded1` 1.5-2.9 ->
-/// 0.90-1.17 µs; the 4- and 16-thread bounded(1) rings 10-30% slower (`scripts/ab.sh`, 9
-/// samples: 0.85-0.98 -> 1.05-1.35 µs, still 1.8x ahead of crossbeam), the two-thread one
-/// 0-13% faster. Used by the buffered flavors (see `SyncWaitList::spin`).
+/// Measured with `courier-bench chan` and `ring`, quick, builds in turn, spinning adaptively
+/// against not spinning before the yields: `mpmc_bounded1` 0.85-1.37 µs a message against
+/// 1.5-1.8, `mpsc_bounded1` 0.90-1.17 against 1.5-2.9; the 4- and 16-thread `bounded(1)` rings
+/// 10-30% slower (`scripts/ab.sh`, 9 samples: 1.05-1.35 µs against 0.85-0.98, still 1.8x ahead
+/// of crossbeam), the two-thread one 0-13% faster. Used by the buffered flavors (see
+/// `SyncWaitList::spin`).
 ///
 /// A heuristic only: racy read-modify-writes may lose updates, which changes nothing but timing.
 pub(crate) struct SpinEstimate(std::sync::atomic::AtomicU32);

@@ -1,6 +1,6 @@
 //! Single-thread channels: for fibers that share one scheduler thread. No atomics, no locks.
 //!
-//! The rump kernel's `locks_up` (seed 001): when only one CPU runs inside a component, the atomic
+//! The NetBSD rump kernel's `locks_up`: when only one CPU runs inside a component, the atomic
 //! instructions and barriers of its lock fast paths are pure cost. A `local` channel lives on
 //! one thread (its handles are `!Send`), so its queue is a plain `VecDeque` behind `RefCell`s and
 //! its counters are `Cell`s.

@@ -248,15 +248,14 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
     /// paying on this side (`backoff::SpinEstimate`).
     ///
-    /// For the buffered flavors' waiters (but capacity one's, which poll registered: [`spin`](
-    /// Self::spin)). On the bounded one the peer that makes a waiter ready
-    /// is often a poller running on the other CPU, and catching its move without a
-    /// `sched_yield` took `mpmc_bounded1` from 1.5-1.8 µs to 0.85-1.37 µs a message
-    /// (BENCHMARKS.md, "ring and chan", session 4). The unbounded flavor's receivers first
-    /// polled without it (its rings of 4 and 16 threads had looked 20-25% slower with a fixed
-    /// spin); with the adaptive spin they gain where a sender runs on the other CPU (the ring
-    /// of two, pinned: 112-117 -> 87-95 ns a message) and lose nothing measurable in the larger
-    /// rings (session 9).
+    /// For the buffered flavors' waiters (but capacity one's, which poll registered:
+    /// [`spin`](Self::spin)). On a bounded channel the peer that makes a waiter ready is often
+    /// a poller running on the other CPU, and catching its move without a `sched_yield` is
+    /// what makes `courier-bench chan --case mpmc_bounded1` 0.85-1.37 µs a message rather than
+    /// 1.5-1.8. The unbounded flavor's receivers gain where a sender runs on the other CPU (the
+    /// ring of two, pinned: 87-95 ns a message, 112-117 without the spin) and lose nothing
+    /// measurable in the larger rings (`courier-bench ring --case ring_unbounded`), where a
+    /// fixed spin cost them 20-25%.
     #[inline]
     pub(crate) fn poll_spinning_first<R>(
         &self,
@@ -288,11 +287,12 @@ impl<P: PollerCell> SyncWaitList<P> {
     /// For the receivers of a bounded channel with room for more than one message, where a
     /// waiting receiver usually waits for senders that do not wait for it: polling between
     /// yields for 50 µs kept such a receiver right behind the sender, fighting it for every
-    /// slot's line, while one that parks is woken once and then trails the sender. `chan --full
-    /// --case spsc_boundedN` (a million messages), three rounds each: 17-20 -> 12-13 ns a
-    /// message (crossbeam 14.5-15.4); `mpsc_boundedN` and `mpmc_boundedN` unchanged within
-    /// their noise (session 9, BENCHMARKS.md). Capacity one polls longer, registered: there the
-    /// sender waits for the receiver as much as the other way round.
+    /// slot's line, while one that parks is woken once and then trails the sender.
+    /// `courier-bench chan --full --case spsc_boundedN` (a million messages), three rounds
+    /// each: 12-13 ns a message with the brief poll, 17-20 with the long one (crossbeam
+    /// 14.5-15.4); `mpsc_boundedN` and `mpmc_boundedN` the same either way, within their noise.
+    /// Capacity one polls longer, registered: there the sender waits for the receiver as much
+    /// as the other way round.
     #[inline]
     pub(crate) fn poll_briefly<R>(
         &self,

@@ -30,9 +30,9 @@
 //! To tell "empty" from "a message", crossbeam's receivers read `tail.index`, the line every
 //! sender writes. Each such read costs the next sender a round trip to take the line back before
 //! its CAS, and a receiver that waits by polling `tail` and then reads the slot crosses two
-//! lines in a row. A scratch ring of two threads on raw queues (session 12, BENCHMARKS.md)
-//! measured it (in the machine's slow mode): 125 ns a message when the receiver waits on the
-//! slot, 220 when it waits on `tail`, 210 when it only reads `tail` once a message.
+//! lines in a row. A ring of two threads over bare copies of the queue measures it (in the
+//! machine's slow mode): 125 ns a message when the receiver waits on the slot, 220 when it
+//! waits on `tail`, 210 when it only reads `tail` once a message.
 //!
 //! So a blocking `recv` claims the position at `head` without asking `tail`, and then waits on
 //! that slot's own state, the line the message arrives on. It may have claimed a position no
@@ -66,13 +66,13 @@
 //! block to the allocator on a receiving thread while the sending thread allocates the next
 //! ones, and glibc's allocator serialises the two on the arena's lock: the sender's thread cache is
 //! always empty (it never frees) and the receiver's always full (it never allocates). A receiver
-//! that had fallen behind its sender slept on that lock and stayed behind. Measured (session
-//! 15, BENCHMARKS.md: `chan --full --case spsc_unbounded`, one sender and one receiver of a
-//! million messages): 50 -> 26 ns a message in the machine's fast mode, 62 -> 40-42 ns in its
-//! slow mode (std's channel 30-34 and 61-62).
+//! that falls behind its sender sleeps on that lock and stays behind. `courier-bench chan
+//! --full --case spsc_unbounded` (one sender and one receiver of a million messages): 26 ns a
+//! message with reuse, 50 without, in the machine's fast mode; 40-42 and 62 in its slow mode
+//! (std's channel 30-34 and 61-62).
 //!
-//! With several `Sender`s blocks are freed as before: their allocations spread over as many
-//! arenas, and reuse measured worse there in the slow mode (a reused block is the one a receiver
+//! With several `Sender`s blocks are freed: their allocations spread over as many arenas, and
+//! reuse measures worse there in the slow mode (a reused block is the one a receiver
 //! has just read, hot in the other core's cache: `mpsc` 48 -> 52-54 ns, `mpmc` up to 1.7x
 //! slower). The count is the number of handles, kept current by `Sender`'s `clone` and `drop`
 //! (`senders_now`); one handle shared by reference between threads still reuses, which costs
@@ -529,11 +529,12 @@ impl<T> Channel<T> {
     /// The first pass of [`reserve_send_loop`](Self::reserve_send_loop) for the common case
     /// (a slot inside a block that is not its last, claimed at the first try), small enough
     /// to inline into `send`; anything else goes to the loop, which starts over. Out of line,
-    /// the whole loop cost a call and its prologue a message. `seq_count` (one thread sends
-    /// 100,000 messages, then receives them; callgrind) counted 191 instructions a message
-    /// before, against crossbeam-channel's 123 and std's 120; 135 with this, `wait_write`'s
-    /// inline check, `recv`'s single claim and unchecked slot indexing (session 19,
-    /// BENCHMARKS.md: `seq_unbounded` 21 -> 13 ns, the other unbounded cases 20-30% faster).
+    /// the whole loop costs a call and its prologue a message. `seq_count`
+    /// (`courier-bench/examples`: one thread sends 100,000 messages, then receives them; under
+    /// callgrind) counts 135 instructions a message with this, `wait_write`'s inline check,
+    /// `recv`'s single claim and unchecked slot indexing, 191 without them (crossbeam-channel
+    /// 123, std 120); `courier-bench chan --case seq_unbounded` 13 ns a message against 21, the
+    /// other unbounded cases 20-30% faster.
     #[inline]
     fn reserve_send(&self, token: &mut ListToken) -> bool {
         let tail = self.tail.index.load(Ordering::Acquire);
@@ -1036,8 +1037,8 @@ impl<T> Channel<T> {
         // Spin on the slot alone, then poll between yields until the message, the deadline or
         // the senders' disconnection. The disconnect mark is on `tail`, which this wait stays
         // off; the wait list keeps a copy, on a line that waiters write as they register, so
-        // only the polls between yields read it (reading it in the spin too measured the same
-        // within the noise: BENCHMARKS.md, session 16).
+        // only the polls between yields read it (reading it in the spin too measures the same,
+        // within the noise of `AB_CAP=unbounded AB_RECEIVERS=4 buffered_ab 4 5 barrier`).
         if self
             .receivers
             .spin(&mut || written().then_some(()))

@@ -223,8 +223,7 @@ impl<T> Channel<T> {
 
     /// Out of line: a hand-off takes the channel's lock and costs microseconds when it waits,
     /// so the call costs nothing measurable here, and the public `send` keeps its frame for
-    /// the buffered flavors' inline common cases (BENCHMARKS.md, session 19: "The waits out of
-    /// the callers' frames").
+    /// the buffered flavors' inline common cases.
     #[inline(never)]
     pub(crate) fn send(
         &self,
