@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Miri (nightly) over the tests of chan and buf, the modules whose unsafe code is memory-model
+# work (lock-free slots, spare capacity, iovec casts): undefined behaviour fails the run. The
+# suites shrink under cfg(miri) (`if cfg!(miri) { .. } else { .. }` sizes).
+#
+# Not run under Miri, and why:
+# - tests/chan_fibers.rs: its scheduler switches stacks with corosensei, inline assembly that
+#   Miri cannot interpret;
+# - tests/chan_loom.rs: loom models, built only with `--cfg loom` (scripts/loom.sh runs them);
+# - tests/buf_socket.rs: sockets (socketpair, sendmsg/recvmsg into iovecs), system calls Miri
+#   does not implement;
+# - every ipc and fiber test: sockets, epoll, memfd regions mapped with mmap, futexes on shared
+#   memory, fork and re-executed child processes, none of which Miri can run.
+# Isolation is off so that proptest can look for its persisted failures and threads can sleep
+# on the host clock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^miri' \
+    || rustup component add miri rust-src --toolchain nightly
+export MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}"
+cargo +nightly miri test -p courier --lib -- chan:: buf::
+cargo +nightly miri test -p courier --test chan --test chan_stress --test chan_prop --test buf
