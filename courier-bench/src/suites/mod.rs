@@ -80,6 +80,7 @@
 //! the limit (see `harness::report`).
 
 pub mod chan;
+pub mod fiber;
 pub mod floor;
 pub mod ipc;
 pub mod iter;
@@ -147,6 +148,12 @@ pub static SUITES: &[Suite] = &[
         about: "The wire format, chosen by measurement: postcard (courier) against bitcode",
         args: no_args,
         run: serde::run,
+    },
+    Suite {
+        name: "fiber",
+        about: "Fibers as Ruby's fiber pool (feature #15997) measured them: allocate, reuse, switch, and fibers alive at once; courier against may and corosensei",
+        args: no_args,
+        run: fiber::run,
     },
     Suite {
         name: "ring",

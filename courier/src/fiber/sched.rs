@@ -472,6 +472,16 @@ pub(crate) fn current() -> Option<&'static Fiber> {
     (!fiber.is_null()).then(|| unsafe { &*fiber })
 }
 
+/// The name of the fiber running on this thread, if it has one. (Read by
+/// the overflow report, in a signal handler: one thread-local load.)
+pub(crate) fn current_name() -> Option<&'static str> {
+    let fiber = CURRENT.try_with(Cell::get).ok()?;
+    // SAFETY: as in `current`: the running fiber outlives its turn.
+    (!fiber.is_null())
+        .then(|| unsafe { &*fiber })
+        .and_then(|f| f.name.as_deref())
+}
+
 /// The runtime of the calling worker (or fiber), if any.
 pub(crate) fn current_runtime() -> Option<Arc<Shared>> {
     let w = WORKER.with(Cell::get);
@@ -553,7 +563,6 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
         fiber.home.store(w.index, Ordering::Relaxed);
     }
     CURRENT.with(|c| c.set(Arc::as_ptr(&fiber)));
-    stack::set_running_name(fiber.name.as_deref().unwrap_or("<unnamed>"));
     // SAFETY: this worker took the fiber off a run queue: no one else runs
     // it or touches `run` until it is queued again, which only this worker
     // does, after the turn.
@@ -567,7 +576,6 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
     };
     let turn = task.run(|| coroutine.resume(()));
     CURRENT.with(|c| c.set(std::ptr::null()));
-    stack::set_running_name("");
     match turn {
         CoroutineResult::Yield(Suspend::Yield) => {
             requeue(w, fiber);

@@ -21,8 +21,10 @@
 //! * **Memory goes back to the kernel by policy**: a freed stack keeps its
 //!   pages (giving them back with `madvise` on every release made reuse 6-10x
 //!   slower in Ruby's measurements); only the free stacks past a high-water
-//!   mark ([`HIGH_WATER`], 256) are advised away
-//!   (`MADV_DONTNEED`), coldest first.
+//!   mark ([`HIGH_WATER`], 4,096) are advised away, coldest first, with
+//!   `MADV_FREE` (the kernel takes the pages when it needs memory, and a
+//!   stack reused before then costs nothing more; `MADV_DONTNEED` where the
+//!   kernel has no `MADV_FREE`).
 //! * **Every guard page splits the kernel's mapping** (a `PROT_NONE` page in
 //!   the middle of a read-write one): a stack costs two entries against
 //!   `vm.max_map_count` (65,530 by default), so about 32,000 fibers fit at the
@@ -36,7 +38,7 @@
 //!   Any other fault goes on to the handler that was there before.
 #![allow(unsafe_code)]
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,8 +55,8 @@ const FIRST_CHUNK: usize = 8;
 const MAX_CHUNK: usize = 1024;
 /// Stacks a thread keeps in front of the shared free list.
 const LOCAL_CACHE: usize = 16;
-/// Free stacks kept with their pages, by default.
-const HIGH_WATER: usize = 256;
+/// Free stacks kept with their pages.
+const HIGH_WATER: usize = 4096;
 
 /// A stack of the pool: `size` usable bytes above a guard page. Dropping it
 /// gives it back to the pool it came from.
@@ -203,15 +205,15 @@ fn give_back(slots: Vec<StackSlot>) {
         pool.free.push(slot);
         while pool.free.len() - pool.advised > pool.high_water {
             let cold = pool.free[pool.advised];
-            // SAFETY: a free stack's pages are used by no one; `MADV_DONTNEED`
-            // on a private anonymous mapping makes them read as zeros again.
-            let _ = unsafe {
-                mm::madvise(
-                    cold.bottom.as_ptr().cast(),
-                    cold.size,
-                    mm::Advice::LinuxDontNeed,
-                )
-            };
+            let (addr, len) = (cold.bottom.as_ptr().cast(), cold.size);
+            // SAFETY: a free stack's pages are used by no one, and a stack's
+            // contents need not survive: the kernel may take the pages (or,
+            // for `MADV_DONTNEED`, does), and they read as zeros after.
+            let freed = unsafe { mm::madvise(addr, len, mm::Advice::LinuxFree) };
+            if freed.is_err() {
+                // SAFETY: as above.
+                let _ = unsafe { mm::madvise(addr, len, mm::Advice::LinuxDontNeed) };
+            }
             pool.advised += 1;
         }
     }
@@ -305,18 +307,6 @@ static CHUNKS: [[AtomicUsize; 3]; MAX_CHUNKS] =
     [const { [const { AtomicUsize::new(0) }; 3] }; MAX_CHUNKS];
 static CHUNK_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    /// The name of the fiber running on this thread (`ptr`, `len`; null when
-    /// none), for the overflow report. Written by the scheduler around each
-    /// turn; read by the signal handler on the same thread.
-    static RUNNING_NAME: Cell<(*const u8, usize)> = const { Cell::new((std::ptr::null(), 0)) };
-}
-
-/// Notes the name of the fiber this thread runs from now on (`""`: none).
-pub(crate) fn set_running_name(name: &str) {
-    let _ = RUNNING_NAME.try_with(|n| n.set((name.as_ptr(), name.len())));
-}
-
 fn register_guards(start: usize, len: usize, size: usize) {
     install_handler();
     let i = CHUNK_COUNT.load(Ordering::Relaxed);
@@ -395,16 +385,11 @@ extern "C" fn on_segv(signal: libc::c_int, info: *mut libc::siginfo_t, context: 
 /// Writes `fiber <name> overflowed its <N> KiB stack` to stderr with
 /// `write(2)` only (async-signal-safe), then aborts.
 fn report_overflow(size: usize) -> ! {
-    let (ptr, len) = RUNNING_NAME
-        .try_with(Cell::get)
-        .unwrap_or((std::ptr::null(), 0));
-    let name: &[u8] = if ptr.is_null() {
-        b"<unnamed>"
-    } else {
-        // SAFETY: the scheduler notes the name of the fiber it runs, which
-        // lives in the fiber (alive: it is the one overflowing).
-        unsafe { std::slice::from_raw_parts(ptr, len) }
-    };
+    // The running fiber's name: it lives in the fiber, alive (it is the one
+    // overflowing).
+    let name = super::sched::current_name()
+        .unwrap_or("<unnamed>")
+        .as_bytes();
     let mut digits = [0u8; 20];
     let mut n = size / 1024;
     let mut i = digits.len();
