@@ -1,5 +1,5 @@
 //! Behaviour of every `chan` flavor through the public API: one suite, run against each
-//! constructor (the "one suite, every implementation" rule of STYLE.md §6).
+//! constructor, so that every flavor keeps the same contract.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1102,4 +1102,214 @@ fn a_select_over_local_receivers_only_outside_a_task_panics_instead_of_deadlocki
 fn local_blocking_outside_a_task_panics_instead_of_deadlocking() {
     let (_tx, rx) = chan::local::channel::<u8>();
     let _ = rx.recv();
+}
+
+// ===== timers: never, after, at, tick =====
+
+/// Selects over `timer` beside a channel that never delivers, and receives the timer's message.
+fn select_beside_silence(timer: &Receiver<Instant>) -> Instant {
+    let (_silent_tx, silent) = chan::unbounded::<Instant>();
+    let mut sel = Select::new();
+    sel.recv(&silent);
+    let at = sel.recv(timer);
+    let op = sel.select();
+    assert_eq!(op.index(), at, "only the timer can become ready");
+    op.recv(timer).unwrap()
+}
+
+#[test]
+fn never_delivers_nothing_and_is_never_disconnected() {
+    let rx = chan::never::<u32>();
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    let start = Instant::now();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(5)),
+        Err(RecvTimeoutError::Timeout)
+    );
+    assert!(start.elapsed() >= Duration::from_millis(5));
+    assert!(!rx.is_disconnected());
+    assert!(rx.is_empty());
+    assert_eq!(rx.len(), 0);
+    assert_eq!(rx.capacity(), Some(0));
+    assert!(rx.same_channel(&chan::never()));
+    assert!(!rx.same_channel(&chan::unbounded().1));
+    assert_eq!(rx.try_iter().count(), 0);
+
+    let mut sel = Select::new();
+    sel.recv(&rx);
+    assert!(sel.try_select().is_err());
+    assert!(sel.select_timeout(Duration::from_millis(5)).is_err());
+    assert!(sel.try_ready().is_err());
+    assert!(sel.ready_timeout(Duration::from_millis(5)).is_err());
+    let got = courier::select! {
+        recv(rx) -> _msg => "message",
+        default(Duration::from_millis(5)) => "timeout",
+    };
+    assert_eq!(got, "timeout");
+}
+
+/// A disconnected receiver is always ready in a select; swapped for `never()` it leaves the
+/// loop, which goes on with the other channel until that one disconnects too.
+#[test]
+fn a_select_loop_takes_a_disconnected_receiver_out_by_swapping_in_never() {
+    let (tx_a, mut rx_a) = chan::bounded::<u32>(1);
+    let (tx_b, mut rx_b) = chan::unbounded::<u32>();
+    drop(tx_a);
+    let t = thread::spawn(move || (0..100).for_each(|i| tx_b.send(i).unwrap()));
+    let (mut got, mut open, mut a_ends) = (Vec::new(), 2, 0);
+    while open > 0 {
+        courier::select! {
+            recv(rx_a) -> msg => {
+                assert_eq!(msg, Err(RecvError));
+                a_ends += 1;
+                rx_a = chan::never();
+                open -= 1;
+            }
+            recv(rx_b) -> msg => match msg {
+                Ok(v) => got.push(v),
+                Err(RecvError) => {
+                    rx_b = chan::never();
+                    open -= 1;
+                }
+            },
+        }
+    }
+    t.join().unwrap();
+    assert_eq!(a_ends, 1, "the swapped-out arm ran once");
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+
+    // The same with the `Select` builder, rebuilt each round.
+    let (tx, rx) = chan::unbounded::<u32>();
+    tx.send(1).unwrap();
+    drop(tx);
+    let mut ends = [rx, chan::never()];
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let got = {
+            let mut sel = Select::new();
+            let first = sel.recv(&ends[0]);
+            let _silent = sel.recv(&ends[1]);
+            let op = sel.select();
+            assert_eq!(op.index(), first);
+            op.recv(&ends[0])
+        };
+        match got {
+            Ok(v) => seen.push(v),
+            Err(RecvError) => ends[0] = chan::never(),
+        }
+    }
+    assert_eq!(seen, [1]);
+    let mut sel = Select::new();
+    sel.recv(&ends[0]);
+    sel.recv(&ends[1]);
+    assert!(sel.try_select().is_err(), "both ends are never() now");
+}
+
+#[test]
+fn after_delivers_the_instant_it_was_due_once() {
+    let start = Instant::now();
+    let rx = chan::after(Duration::from_millis(10));
+    assert!(!rx.is_disconnected());
+    assert_eq!(rx.capacity(), Some(1));
+    let due = rx.recv().unwrap();
+    assert!(due >= start + Duration::from_millis(10));
+    assert!(Instant::now() >= due);
+    // Once only, and then the receiver stays connected and empty.
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(5)),
+        Err(RecvTimeoutError::Timeout)
+    );
+    assert!(rx.is_empty());
+    assert!(!rx.is_disconnected());
+
+    // Of a receiver's clones exactly one gets the message.
+    let rx = chan::after(Duration::ZERO);
+    let clones: Vec<_> = (0..4).map(|_| rx.clone()).collect();
+    let got = std::iter::once(&rx)
+        .chain(&clones)
+        .filter(|rx| rx.try_recv().is_ok())
+        .count();
+    assert_eq!(got, 1);
+
+    // `at`: an instant an hour away is not due; a past one is, with that instant.
+    let later = chan::at(Instant::now() + Duration::from_secs(3600));
+    assert_eq!(later.try_recv(), Err(TryRecvError::Empty));
+    assert!(later.is_empty() && !later.is_full());
+    assert_eq!(
+        later.recv_timeout(Duration::from_millis(1)),
+        Err(RecvTimeoutError::Timeout)
+    );
+    let past = Instant::now();
+    let now = chan::at(past);
+    assert!(now.is_full());
+    assert_eq!(now.len(), 1);
+    assert_eq!(now.try_recv(), Ok(past));
+
+    // A duration past what `Instant` holds never comes.
+    assert!(chan::after(Duration::MAX).same_channel(&chan::never()));
+}
+
+#[test]
+fn after_wakes_a_select_and_a_ready_when_it_is_due() {
+    let start = Instant::now();
+    let timer = chan::after(Duration::from_millis(10));
+    assert!(select_beside_silence(&timer) >= start + Duration::from_millis(10));
+
+    let (_silent_tx, silent) = chan::unbounded::<u32>();
+    let timer = chan::after(Duration::from_millis(5));
+    let mut sel = Select::new();
+    sel.recv(&silent);
+    let t = sel.recv(&timer);
+    assert_eq!(sel.ready(), t);
+    assert!(timer.try_recv().is_ok());
+
+    // As a `select!` arm, the timer an expression of its own.
+    let got = courier::select! {
+        recv(silent) -> _msg => None,
+        recv(chan::after(Duration::from_millis(5))) -> at => Some(at.unwrap()),
+        default(Duration::from_secs(30)) => None,
+    };
+    assert!(got.is_some_and(|at| at >= start + Duration::from_millis(5)));
+}
+
+#[test]
+fn tick_delivers_every_period_and_queues_nothing() {
+    let period = Duration::from_millis(5);
+    let start = Instant::now();
+    let ticker = chan::tick(period);
+    assert_eq!(ticker.capacity(), Some(1));
+    assert!(!ticker.is_disconnected());
+    let mut last = ticker.recv().unwrap();
+    assert!(last >= start + period);
+    for _ in 0..3 {
+        let next = ticker.recv().unwrap();
+        assert!(next >= last + period);
+        last = next;
+    }
+    // Ticks nobody received are not queued: after three periods of sleep one tick is due (a
+    // late one), and the next is a period after it was taken.
+    thread::sleep(3 * period);
+    let before = Instant::now();
+    let late = ticker.try_recv().unwrap();
+    assert!(late <= before);
+    assert!(ticker.recv().unwrap() >= before + period);
+
+    // In a select, beside a silent channel, and in `select!` with `recv_timeout`'s shape.
+    let a = select_beside_silence(&ticker);
+    let b = select_beside_silence(&ticker);
+    assert!(b >= a + period);
+    let got = courier::select! {
+        recv(ticker) -> at => at.is_ok(),
+        default(Duration::from_secs(30)) => false,
+    };
+    assert!(got);
+    // A deadline before the next tick times out without taking it.
+    let slow = chan::tick(Duration::from_secs(3600));
+    assert_eq!(
+        slow.recv_timeout(Duration::from_millis(1)),
+        Err(RecvTimeoutError::Timeout)
+    );
+    assert_eq!(slow.try_recv(), Err(TryRecvError::Empty));
+    assert!(chan::tick(Duration::MAX).same_channel(&chan::never()));
 }

@@ -709,6 +709,62 @@ fn an_empty_timed_select_in_a_fiber_lets_the_others_run() {
     });
 }
 
+/// Waiting on a timer parks the fiber, not its thread: `after`'s and `tick`'s receives, a
+/// select over a timer and a channel, and `never`'s timed receive each let the other fibers
+/// run (one counts its turns meanwhile), and each ends when its time comes.
+#[test]
+fn timers_in_a_fiber_let_the_others_run() {
+    with_watchdog("timers", LIMIT, || {
+        let turns = Rc::new(Cell::new(0u64));
+        let done = Rc::new(Cell::new(false));
+        let (t, d) = (turns.clone(), done.clone());
+        let waiting: Box<dyn FnOnce()> = Box::new(move || {
+            let period = Duration::from_millis(5);
+            let mut seen = t.get();
+            let mut others_ran = || {
+                let now = t.get();
+                let ran = now > seen;
+                seen = now;
+                ran
+            };
+            let start = Instant::now();
+            let due = chan::after(period).recv().unwrap();
+            assert!(due >= start + period);
+            assert!(others_ran(), "after");
+
+            let ticker = chan::tick(period);
+            let first = ticker.recv().unwrap();
+            assert!(ticker.recv().unwrap() >= first + period);
+            assert!(others_ran(), "tick");
+
+            let (_silent_tx, silent) = chan::unbounded::<u64>();
+            let timer = chan::after(period);
+            let got = courier::select! {
+                recv(silent) -> _msg => None,
+                recv(timer) -> at => Some(at.unwrap()),
+            };
+            assert!(got.is_some());
+            assert!(others_ran(), "select");
+
+            let start = Instant::now();
+            assert_eq!(
+                chan::never::<u64>().recv_timeout(period),
+                Err(RecvTimeoutError::Timeout)
+            );
+            assert!(start.elapsed() >= period);
+            assert!(others_ran(), "never");
+            d.set(true);
+        });
+        let counting: Box<dyn FnOnce()> = Box::new(move || {
+            while !done.get() {
+                turns.set(turns.get() + 1);
+                yield_fiber();
+            }
+        });
+        run_fibers(vec![waiting, counting]);
+    });
+}
+
 /// A fiber that holds what its `Select` claimed across a suspension (it selects, then blocks on
 /// another channel before completing the operation) does not stall the fibers that wait for
 /// that claim: a receiver waiting for the selected send's slot to be filled, a sender waiting

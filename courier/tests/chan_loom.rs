@@ -84,8 +84,8 @@ fn bounded2_wraps_its_lap() {
     });
 }
 
-/// `bounded_recv_wakes_on_send_or_disconnect` over capacity one, whose slot's stamp carries the
-/// whole state and the disconnect mark.
+/// `bounded_recv_wakes_on_send_or_disconnect` over capacity one (`flavors/one.rs`), whose
+/// slot's state word carries the whole state and the disconnect mark.
 #[test]
 fn bounded1_recv_wakes_on_send_or_disconnect() {
     model(|| {
@@ -107,6 +107,20 @@ fn bounded_blocked_sender_fails_when_receiver_leaves() {
         let t = thread::spawn(move || tx.send(1));
         drop(rx);
         assert_eq!(t.join().unwrap(), Err(SendError(1)));
+    });
+}
+
+/// The same over two slots (`flavors/array.rs`): the blocked sender waits with its message in a
+/// hand-off packet, which the disconnection hands back.
+#[test]
+fn bounded2_blocked_sender_fails_when_receiver_leaves() {
+    model(|| {
+        let (tx, rx) = chan::bounded::<u32>(2);
+        tx.send(0).unwrap();
+        tx.send(1).unwrap();
+        let t = thread::spawn(move || tx.send(2));
+        drop(rx);
+        assert_eq!(t.join().unwrap(), Err(SendError(2)));
     });
 }
 

@@ -22,7 +22,8 @@
 //!
 //! | constructor | algorithm | blocking `send` | memory |
 //! | --- | --- | --- | --- |
-//! | [`bounded(n)`](bounded), n ≥ 1 | Vyukov's array queue (`flavors/array.rs`) | while full | `n` slots, allocated once |
+//! | [`bounded(n)`](bounded), n ≥ 2 | Vyukov's array queue (`flavors/array.rs`) | while full | `n` slots, allocated once |
+//! | [`bounded(1)`](bounded) | one slot, one state word (`flavors/one.rs`) | while full | one slot |
 //! | [`unbounded()`](unbounded) | linked list of 31-slot blocks (`flavors/list.rs`) | never | one block per 31 messages |
 //! | [`bounded(0)`](bounded) | rendezvous (`flavors/zero.rs`) | until a receiver takes it | none |
 //! | [`oneshot()`](oneshot()) | one slot, one message | never | one slot |
@@ -31,6 +32,17 @@
 //! Every flavor is multi-producer multi-consumer: [`Sender`] and [`Receiver`] are `Clone`, `Send`
 //! and `Sync` (for `T: Send`). Each channel synchronises on its own state only; there is no
 //! global lock, and the buffered flavors take no lock at all unless an operation has to wait.
+//!
+//! # Timers
+//!
+//! Three receivers have no sender, as crossbeam-channel's of the same names: [`after(d)`](after)
+//! (and [`at(t)`](at())) delivers one `Instant` once it is due, [`tick(d)`](tick) one every
+//! period, and [`never()`] nothing, ever. They are flavors of their own that read the clock: no
+//! thread sends their messages. They take part in a [`Select`] and in
+//! [`select!`](crate::select) like any receiver (a waiting select wakes when a timer among its
+//! operations is due), and their blocking receives park a fiber as any other does. In a
+//! `select!` loop, swapping a disconnected receiver for `never()` takes its arm out (see
+//! [`never()`]).
 //!
 //! # Cost model
 //!
@@ -43,7 +55,8 @@
 //!   registers itself, re-checks, and parks. A rendezvous, a `Select` and a capacity-one
 //!   waiter register first and poll their claim word, so that a peer can finish the operation
 //!   for them. A fiber never yields its thread: it spins ~3 µs at most, and only when its
-//!   scheduler has nothing else ready (`waiter.rs`, `backoff.rs`: why, with measurements).
+//!   scheduler has nothing else ready (`backoff.rs`, `wait_list.rs` and
+//!   `docs/waiting-policy.md`: why, with measurements).
 //!   Waking a parked thread costs a futex wake; a waker that finds nobody registered pays
 //!   nothing more.
 //! - A blocking receiver of `unbounded()` claims the next position before any sender has and
@@ -70,9 +83,10 @@
 //! is one thread-local load. Where an operation waits for a step another task has already begun
 //! (a receiver that took a `Select`'s send on a rendezvous channel, waiting for the selecting
 //! task to write), a fiber lets its scheduler run the others ([`Park::yield_now`]) instead of
-//! spinning: the task it waits for may share its thread. `tests/chan_fibers.rs` runs rings,
-//! producers and consumers, selects and timeouts as fibers of one thread under a minimal
-//! scheduler written against this seam.
+//! spinning: the task it waits for may share its thread. `park.rs` says what implementing the
+//! seam takes; `tests/chan_fibers.rs` runs rings, producers and consumers, selects, timers and
+//! timeouts as fibers of one thread under `tests/common/fibers.rs`, a minimal scheduler written
+//! against it.
 //!
 //! # Ordering
 //!
@@ -162,7 +176,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::Arc;
-use flavors::{array, list, zero, Token};
+use flavors::{array, list, one, zero, Token};
 
 pub use context::TaskContext;
 pub use err::{
@@ -182,10 +196,10 @@ pub use select::{Select, SelectRecv, SelectSend, SelectedOperation};
 /// assert_eq!(rx.recv(), Ok(1));
 /// ```
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
-    let flavor = if cap == 0 {
-        Flavor::Zero(zero::Channel::new())
-    } else {
-        Flavor::Array(array::Channel::with_capacity(cap))
+    let flavor = match cap {
+        0 => Flavor::Zero(zero::Channel::new()),
+        1 => Flavor::One(one::Channel::new()),
+        _ => Flavor::Array(array::Channel::with_capacity(cap)),
     };
     Chan::pair(flavor)
 }
@@ -202,16 +216,129 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     Chan::pair(Flavor::List(list::Channel::new()))
 }
 
+// ===== timers: receivers without senders =====
+
+/// A receiver that never delivers a message and is never disconnected (a `bounded(0)` channel
+/// without senders, as crossbeam-channel's `never`).
+///
+/// Its receives wait until their deadline (for ever without one), and in a [`Select`] or
+/// [`select!`](crate::select) its operation is never ready. That is how an arm leaves a
+/// `select!` loop: a disconnected receiver is always ready (its arm gets `Err`), so swap it for
+/// `never()`.
+///
+/// ```
+/// use courier::chan;
+///
+/// let (numbers_tx, mut numbers) = chan::unbounded::<u32>();
+/// let (words_tx, mut words) = chan::unbounded::<&str>();
+/// numbers_tx.send(1).unwrap();
+/// words_tx.send("one").unwrap();
+/// drop((numbers_tx, words_tx));
+///
+/// let mut open = 2;
+/// let mut got = Vec::new();
+/// while open > 0 {
+///     courier::select! {
+///         recv(numbers) -> msg => match msg {
+///             Ok(n) => got.push(n.to_string()),
+///             Err(_) => { numbers = chan::never(); open -= 1; }
+///         },
+///         recv(words) -> msg => match msg {
+///             Ok(w) => got.push(w.to_owned()),
+///             Err(_) => { words = chan::never(); open -= 1; }
+///         },
+///     }
+/// }
+/// got.sort();
+/// assert_eq!(got, ["1", "one"]);
+/// ```
+///
+/// All `never()` receivers count as one channel ([`Receiver::same_channel`]).
+pub fn never<T>() -> Receiver<T> {
+    Chan::receiver(Flavor::Never(flavors::never::Channel))
+}
+
+/// A receiver that delivers one message, the instant it was due, once `duration` has passed
+/// (as crossbeam-channel's `after`). A `duration` too long for `Instant` gives [`never()`].
+///
+/// Nothing runs in the background: the receiver reads the clock. A blocking receive waits for
+/// the instant (a fiber parks, its thread runs others); of the receiver's clones exactly one
+/// gets the message, and later receives wait as `never()`'s do.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use courier::chan;
+///
+/// let (_tx, jobs) = chan::unbounded::<u32>();
+/// let start = Instant::now();
+/// let timeout = chan::after(Duration::from_millis(10));
+/// courier::select! {
+///     recv(jobs) -> job => panic!("no job was sent: {job:?}"),
+///     recv(timeout) -> at => assert!(at.unwrap() >= start + Duration::from_millis(10)),
+/// }
+/// ```
+pub fn after(duration: Duration) -> Receiver<Instant> {
+    match Instant::now().checked_add(duration) {
+        Some(when) => at(when),
+        None => never(),
+    }
+}
+
+/// A receiver that delivers one message, `when`, once `when` has come (as crossbeam-channel's
+/// `at`): [`after`] with an instant instead of a duration.
+pub fn at(when: Instant) -> Receiver<Instant> {
+    Chan::receiver(Flavor::At(flavors::at::Channel::new(
+        when,
+        std::convert::identity,
+    )))
+}
+
+/// A receiver that delivers a message every `duration`, the instant that tick was due (as
+/// crossbeam-channel's `tick`). A `duration` too long for `Instant` gives [`never()`].
+///
+/// Ticks are not queued: a receive takes the one that is due and the next is due `duration`
+/// later, from then, so a receiver that falls behind gets one late tick and then the rhythm
+/// again. Nothing runs in the background: the receiver reads the clock.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use courier::chan;
+///
+/// let start = Instant::now();
+/// let ticker = chan::tick(Duration::from_millis(5));
+/// let first = ticker.recv().unwrap();
+/// let second = ticker.recv().unwrap();
+/// assert!(first >= start + Duration::from_millis(5));
+/// assert!(second >= first + Duration::from_millis(5));
+/// ```
+pub fn tick(duration: Duration) -> Receiver<Instant> {
+    match Instant::now().checked_add(duration) {
+        Some(first) => Chan::receiver(Flavor::Tick(flavors::tick::Channel::new(
+            first,
+            duration,
+            std::convert::identity,
+        ))),
+        None => never(),
+    }
+}
+
 /// The algorithm behind a channel, chosen at construction (one file each in `flavors/`).
 ///
 /// The variants differ in size (the wait lists' spin estimates sit on lines of their own),
 /// which costs nothing: a channel is one heap allocation, and boxing a variant would add a
 /// pointer chase to every operation.
+///
+/// The timer flavors (`At`, `Tick`, `Never`) have receivers only: no [`Sender`] of them
+/// exists, and the senders' operations treat them as unreachable ([`no_sender`]).
 #[allow(clippy::large_enum_variant)]
 enum Flavor<T> {
     Array(array::Channel<T>),
+    One(one::Channel<T>),
     List(list::Channel<T>),
     Zero(zero::Channel<T>),
+    At(flavors::at::Channel<T>),
+    Tick(flavors::tick::Channel<T>),
+    Never(flavors::never::Channel),
 }
 
 /// A channel and the number of handles on each side.
@@ -235,6 +362,24 @@ impl<T> Chan<T> {
             Receiver { chan },
         )
     }
+
+    /// A channel without senders (a timer): its one receiver.
+    fn receiver(flavor: Flavor<T>) -> Receiver<T> {
+        Receiver {
+            chan: Arc::new(Chan {
+                senders: AtomicUsize::new(0),
+                receivers: AtomicUsize::new(1),
+                flavor,
+            }),
+        }
+    }
+}
+
+/// A sender's operation found a timer flavor, which has no senders.
+#[cold]
+#[inline(never)]
+fn no_sender() -> ! {
+    unreachable!("a timer channel (after, at, tick, never) has no sender")
 }
 
 /// Guards a handle count against overflow (as `Arc` does): abort rather than wrap.
@@ -264,8 +409,10 @@ impl<T> Sender<T> {
     pub fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
         match &self.chan.flavor {
             Flavor::Array(c) => c.try_send(msg),
+            Flavor::One(c) => c.try_send(msg),
             Flavor::List(c) => c.try_send(msg),
             Flavor::Zero(c) => c.try_send(msg),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
@@ -292,8 +439,10 @@ impl<T> Sender<T> {
     fn send_impl(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
         match &self.chan.flavor {
             Flavor::Array(c) => c.send(msg, deadline),
+            Flavor::One(c) => c.send(msg, deadline),
             Flavor::List(c) => c.send(msg, deadline),
             Flavor::Zero(c) => c.send(msg, deadline),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
@@ -307,8 +456,10 @@ impl<T> Sender<T> {
         unsafe {
             match &self.chan.flavor {
                 Flavor::Array(c) => c.write(token, msg),
+                Flavor::One(c) => c.write(token, msg),
                 Flavor::List(c) => c.write(token, msg),
                 Flavor::Zero(c) => c.write(token, msg),
+                Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
             }
         }
     }
@@ -364,8 +515,10 @@ impl<T> Drop for Sender<T> {
         if senders == 0 {
             match &self.chan.flavor {
                 Flavor::Array(c) => c.disconnect(),
+                Flavor::One(c) => c.disconnect(),
                 Flavor::List(c) => c.disconnect_senders(),
                 Flavor::Zero(c) => c.disconnect(),
+                Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
             };
         } else if let Flavor::List(c) = &self.chan.flavor {
             c.senders_now(senders);
@@ -392,8 +545,12 @@ impl<T> Receiver<T> {
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match &self.chan.flavor {
             Flavor::Array(c) => c.try_recv(),
+            Flavor::One(c) => c.try_recv(),
             Flavor::List(c) => c.try_recv(),
             Flavor::Zero(c) => c.try_recv(),
+            Flavor::At(c) => c.try_recv(),
+            Flavor::Tick(c) => c.try_recv(),
+            Flavor::Never(c) => c.try_recv(),
         }
     }
 
@@ -417,8 +574,12 @@ impl<T> Receiver<T> {
     fn recv_impl(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         match &self.chan.flavor {
             Flavor::Array(c) => c.recv(deadline),
+            Flavor::One(c) => c.recv(deadline),
             Flavor::List(c) => c.recv(deadline),
             Flavor::Zero(c) => c.recv(deadline),
+            Flavor::At(c) => c.recv(deadline),
+            Flavor::Tick(c) => c.recv(deadline),
+            Flavor::Never(c) => c.recv(deadline),
         }
     }
 
@@ -432,8 +593,12 @@ impl<T> Receiver<T> {
         unsafe {
             match &self.chan.flavor {
                 Flavor::Array(c) => c.read(token),
+                Flavor::One(c) => c.read(token),
                 Flavor::List(c) => c.read(token),
                 Flavor::Zero(c) => c.read(token),
+                Flavor::At(c) => c.read(token),
+                Flavor::Tick(c) => c.read(token),
+                Flavor::Never(_) => Err(()),
             }
         }
     }
@@ -474,8 +639,14 @@ impl<T> Receiver<T> {
     }
 
     /// `true` if both handles belong to the same channel.
+    ///
+    /// Every [`never()`] receiver counts as the same channel, as crossbeam-channel's do.
     pub fn same_channel(&self, other: &Receiver<T>) -> bool {
         Arc::ptr_eq(&self.chan, &other.chan)
+            || matches!(
+                (&self.chan.flavor, &other.chan.flavor),
+                (Flavor::Never(_), Flavor::Never(_))
+            )
     }
 }
 
@@ -494,8 +665,11 @@ impl<T> Drop for Receiver<T> {
         if self.chan.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
             match &self.chan.flavor {
                 Flavor::Array(c) => c.disconnect(),
+                Flavor::One(c) => c.disconnect(),
                 Flavor::List(c) => c.disconnect_receivers(),
                 Flavor::Zero(c) => c.disconnect(),
+                // Nothing waits on a timer but its receivers, and they are all gone.
+                Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => false,
             };
         }
     }
@@ -515,40 +689,54 @@ impl<T> Flavor<T> {
     fn len(&self) -> usize {
         match self {
             Flavor::Array(c) => c.len(),
+            Flavor::One(c) => c.len(),
             Flavor::List(c) => c.len(),
-            Flavor::Zero(_) => 0,
+            Flavor::Zero(_) | Flavor::Never(_) => 0,
+            Flavor::At(c) => c.len(),
+            Flavor::Tick(c) => c.len(),
         }
     }
 
     fn is_empty(&self) -> bool {
         match self {
             Flavor::Array(c) => c.is_empty(),
+            Flavor::One(c) => c.is_empty(),
             Flavor::List(c) => c.is_empty(),
-            Flavor::Zero(_) => true,
+            Flavor::Zero(_) | Flavor::Never(_) => true,
+            Flavor::At(c) => c.is_empty(),
+            Flavor::Tick(c) => c.is_empty(),
         }
     }
 
     fn is_full(&self) -> bool {
         match self {
             Flavor::Array(c) => c.is_full(),
+            Flavor::One(c) => c.is_full(),
             Flavor::List(_) => false,
-            Flavor::Zero(_) => true,
+            Flavor::Zero(_) | Flavor::Never(_) => true,
+            // Full while the message is there, as crossbeam-channel's timers are.
+            Flavor::At(c) => !c.is_empty(),
+            Flavor::Tick(c) => !c.is_empty(),
         }
     }
 
     fn capacity(&self) -> Option<usize> {
         match self {
             Flavor::Array(c) => Some(c.capacity()),
+            Flavor::One(_) => Some(1),
             Flavor::List(_) => None,
-            Flavor::Zero(_) => Some(0),
+            Flavor::Zero(_) | Flavor::Never(_) => Some(0),
+            Flavor::At(_) | Flavor::Tick(_) => Some(1),
         }
     }
 
     fn is_disconnected(&self) -> bool {
         match self {
             Flavor::Array(c) => c.is_disconnected(),
+            Flavor::One(c) => c.is_disconnected(),
             Flavor::List(c) => c.is_disconnected(),
             Flavor::Zero(c) => c.is_disconnected(),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => false,
         }
     }
 }

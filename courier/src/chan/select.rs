@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::backoff::{spin_adaptively, SpinEstimate};
-use super::context::{current_may_yield, Context, Operation, Selected};
+use super::context::{current_may_yield, sleep_until, Context, Operation, Selected};
 use super::err::{
     ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TrySelectError,
 };
 use super::flavors::Token;
 use super::local;
 use super::oneshot;
-use super::{deadline_after, Flavor, Receiver, Sender};
+use super::{deadline_after, no_sender, Flavor, Receiver, Sender};
 
 /// One side of one channel, as a select sees it.
 pub(crate) trait SelectHandle {
@@ -49,6 +49,11 @@ pub(crate) trait SelectHandle {
     fn is_rendezvous(&self) -> bool {
         false
     }
+    /// When the operation becomes ready by the clock alone (a timer's receive): a waiting
+    /// select wakes then to look again.
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
     /// Can only a task of this thread make the operation ready (a `chan::local` end)?
     #[cfg_attr(loom, allow(dead_code))] // read by `check_can_wait`, a no-op under loom
     fn is_local(&self) -> bool {
@@ -60,57 +65,71 @@ impl<T> SelectHandle for Sender<T> {
     fn try_select(&self, token: &mut Token) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.start_send(token),
+            Flavor::One(c) => c.start_send(token),
             Flavor::List(c) => c.start_send(token),
             Flavor::Zero(c) => c.start_send(token),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn register(&self, oper: Operation, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.register_send(oper, cx),
+            Flavor::One(c) => c.register_send(oper, cx),
             // An unbounded send is always ready.
             Flavor::List(_) => true,
             Flavor::Zero(c) => c.register_send(oper, cx),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn unregister(&self, oper: Operation) {
         match &self.chan.flavor {
             Flavor::Array(c) => c.unregister_send(oper),
+            Flavor::One(c) => c.unregister_send(oper),
             Flavor::List(_) => {}
             Flavor::Zero(c) => c.unregister_send(oper),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.start_send(token),
+            Flavor::One(c) => c.start_send(token),
             Flavor::List(c) => c.start_send(token),
             Flavor::Zero(c) => c.accept(token, cx),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn is_ready(&self) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => !c.is_full() || c.is_disconnected(),
+            Flavor::One(c) => !c.is_full() || c.is_disconnected(),
             Flavor::List(_) => true,
             Flavor::Zero(c) => c.is_ready_send(),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn watch(&self, oper: Operation, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.watch_send(oper, cx),
+            Flavor::One(c) => c.watch_send(oper, cx),
             Flavor::List(_) => true,
             Flavor::Zero(c) => c.watch_send(oper, cx),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
     fn unwatch(&self, oper: Operation) {
         match &self.chan.flavor {
             Flavor::Array(c) => c.unwatch_send(oper),
+            Flavor::One(c) => c.unwatch_send(oper),
             Flavor::List(_) => {}
             Flavor::Zero(c) => c.unwatch_send(oper),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => no_sender(),
         }
     }
 
@@ -123,61 +142,90 @@ impl<T> SelectHandle for Receiver<T> {
     fn try_select(&self, token: &mut Token) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.start_recv(token),
+            Flavor::One(c) => c.start_recv(token),
             Flavor::List(c) => c.start_recv(token),
             Flavor::Zero(c) => c.start_recv(token),
+            Flavor::At(c) => c.start_recv(token),
+            Flavor::Tick(c) => c.start_recv(token),
+            Flavor::Never(_) => false,
         }
     }
 
     fn register(&self, oper: Operation, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.register_recv(oper, cx),
+            Flavor::One(c) => c.register_recv(oper, cx),
             Flavor::List(c) => c.register_recv(oper, cx),
             Flavor::Zero(c) => c.register_recv(oper, cx),
+            // Nothing but the clock makes a timer ready: nobody to register with.
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => self.is_ready(),
         }
     }
 
     fn unregister(&self, oper: Operation) {
         match &self.chan.flavor {
             Flavor::Array(c) => c.unregister_recv(oper),
+            Flavor::One(c) => c.unregister_recv(oper),
             Flavor::List(c) => c.unregister_recv(oper),
             Flavor::Zero(c) => c.unregister_recv(oper),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => {}
         }
     }
 
     fn accept(&self, token: &mut Token, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.start_recv(token),
+            Flavor::One(c) => c.start_recv(token),
             Flavor::List(c) => c.start_recv(token),
             Flavor::Zero(c) => c.accept(token, cx),
+            Flavor::At(c) => c.start_recv(token),
+            Flavor::Tick(c) => c.start_recv(token),
+            Flavor::Never(_) => false,
         }
     }
 
     fn is_ready(&self) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => !c.is_empty() || c.is_disconnected(),
+            Flavor::One(c) => !c.is_empty() || c.is_disconnected(),
             Flavor::List(c) => !c.is_empty() || c.is_disconnected(),
             Flavor::Zero(c) => c.is_ready_recv(),
+            Flavor::At(c) => !c.is_empty(),
+            Flavor::Tick(c) => !c.is_empty(),
+            Flavor::Never(_) => false,
         }
     }
 
     fn watch(&self, oper: Operation, cx: &Context) -> bool {
         match &self.chan.flavor {
             Flavor::Array(c) => c.watch_recv(oper, cx),
+            Flavor::One(c) => c.watch_recv(oper, cx),
             Flavor::List(c) => c.watch_recv(oper, cx),
             Flavor::Zero(c) => c.watch_recv(oper, cx),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => self.is_ready(),
         }
     }
 
     fn unwatch(&self, oper: Operation) {
         match &self.chan.flavor {
             Flavor::Array(c) => c.unwatch_recv(oper),
+            Flavor::One(c) => c.unwatch_recv(oper),
             Flavor::List(c) => c.unwatch_recv(oper),
             Flavor::Zero(c) => c.unwatch_recv(oper),
+            Flavor::At(_) | Flavor::Tick(_) | Flavor::Never(_) => {}
         }
     }
 
     fn is_rendezvous(&self) -> bool {
         matches!(self.chan.flavor, Flavor::Zero(_))
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match &self.chan.flavor {
+            Flavor::At(c) => c.deadline(),
+            Flavor::Tick(c) => c.deadline(),
+            _ => None,
+        }
     }
 }
 
@@ -644,19 +692,20 @@ impl<'a> Select<'a> {
     /// shape. Fibers do not spin here (their scheduler may have other work), and nor does a
     /// select with a rendezvous among its operations: a rendezvous completes against a peer
     /// that waits, and registering is what lets a sending peer hand over its message at once
-    /// instead of waiting itself (`select_rx_bounded0` measured 0.93-0.96 -> 1.23-1.24 µs a
-    /// message when it spun).
+    /// instead of waiting itself (`courier-bench chan --case select_rx_bounded0`: 0.93-0.96 µs
+    /// a message, 1.23-1.24 when it spins).
     ///
     /// Registering costs every operation's wait-list lock twice (register, unregister), and a
     /// registered select makes each peer that readies one of its channels lock that list to
     /// claim and wake it. Where the operations become ready within a microsecond or two,
-    /// spinning first avoids all of that. Without it `select_rx` over bounded(1) (four senders
-    /// each on its own channel, one selecting receiver, two CPUs) registered for most
-    /// messages: its receiver's time went to the locks, and its polling senders took the CPU
-    /// it shared with them (173,000 context switches for 600,000 messages, crossbeam 3,600).
-    /// `select_ab 1 200000 5`, the two builds and crossbeam taking turns (BENCHMARKS.md, session
-    /// 11), medians: 1.34-1.40 -> 0.51-0.53 µs a message in the machine's slow mode (crossbeam
-    /// 0.86-1.11), 0.44-0.47 -> 0.28-0.35 µs in its fast one (crossbeam 0.22-0.23).
+    /// spinning first avoids all of that. Without it `select_rx` over `bounded(1)` (four
+    /// senders each on its own channel, one selecting receiver, two CPUs) registers for most
+    /// messages: its receiver's time goes to the locks, and its polling senders take the CPU it
+    /// shares with them (173,000 context switches for 600,000 messages, crossbeam 3,600).
+    /// `select_ab 1 200000 5` (`courier-bench/examples`), builds and crossbeam taking turns,
+    /// medians: 0.51-0.53 µs a message with the spin, 1.34-1.40 without, in the machine's slow
+    /// mode (crossbeam 0.86-1.11); 0.28-0.35 and 0.44-0.47 in its fast one (crossbeam
+    /// 0.22-0.23).
     fn spin_before_registering<R>(&self, mut attempt: impl FnMut() -> Option<R>) -> Option<R> {
         thread_local! {
             static SPIN: SpinEstimate = const { SpinEstimate::new() };
@@ -680,6 +729,17 @@ impl<'a> Select<'a> {
         }
         #[cfg(loom)]
         let _ = deadline;
+    }
+
+    /// When a waiting select must wake: at `deadline`, or when a timer among the operations
+    /// (`after`, `tick`) is due, if that comes first: the clock makes it ready, and the clock
+    /// wakes nobody.
+    fn wake_at(&self, deadline: Option<Instant>) -> Option<Instant> {
+        self.handles
+            .iter()
+            .filter_map(|h| h.handle.deadline())
+            .chain(deadline)
+            .min()
     }
 
     /// The operations in trying order: from `start` round to just before it.
@@ -718,7 +778,9 @@ impl<'a> Select<'a> {
                     return ready;
                 }
             }
-            // Watch everything, re-check, park; whatever wakes us, look again.
+            // Watch everything, re-check, park; whatever wakes us (a timer's due time
+            // included), look again.
+            let wake_at = self.wake_at(deadline);
             let handles = &mut self.handles;
             Context::with(|cx| {
                 let mut watched = 0;
@@ -732,7 +794,7 @@ impl<'a> Select<'a> {
                         break;
                     }
                 }
-                cx.wait_until(deadline, true);
+                cx.wait_until(wake_at, true);
                 for h in handles.iter_mut().take(watched) {
                     h.handle.unwatch(Operation::hook(h));
                 }
@@ -775,7 +837,9 @@ impl<'a> Select<'a> {
                     return Some(SelectedOperation::new(token, index, endpoint));
                 }
             }
-            // 3. Register everywhere, re-check, park.
+            // 3. Register everywhere, re-check, park (until a timer among the operations is
+            // due, if one comes before the deadline).
+            let wake_at = self.wake_at(deadline);
             let handles = &mut self.handles;
             let chosen = Context::with(|cx| {
                 let mut sel = Selected::Waiting;
@@ -797,7 +861,7 @@ impl<'a> Select<'a> {
                     }
                 }
                 if sel == Selected::Waiting {
-                    sel = cx.wait_until(deadline, true);
+                    sel = cx.wait_until(wake_at, true);
                 }
                 for h in handles.iter_mut().take(registered) {
                     let oper = Operation::hook(h);
@@ -829,9 +893,7 @@ impl<'a> Select<'a> {
 /// An empty select's wait until `deadline`: nothing can end it early. Through the running
 /// task's context, so that a fiber parks (a thread sleeping here would stall its scheduler).
 fn wait_out(deadline: Instant) {
-    Context::with(|cx| {
-        cx.wait_until(Some(deadline), false);
-    });
+    sleep_until(Some(deadline));
 }
 
 #[derive(Clone, Copy)]
@@ -843,8 +905,8 @@ enum Timeout {
 
 /// Where the next select of this thread starts, in `0..n`: a per-thread xorshift state mapped
 /// onto the range by a multiply and a shift (Lemire's "fast alternative to the modulo
-/// reduction") rather than `%`, whose `div` was a third of `Select::run`'s own samples in a
-/// `perf record` of `select_ab`.
+/// reduction") rather than `%`, whose `div` is a third of `Select::run`'s own samples in a
+/// `perf record` of `select_ab` (`courier-bench/examples`).
 fn next_rotation(n: usize) -> usize {
     thread_local! {
         static SEED: Cell<u32> = const { Cell::new(0x9E37_79B9) };

@@ -7,17 +7,17 @@
 //! lands in. `@emit` then writes, in this order:
 //!
 //! 1. one `Option` per arm for its result;
-//! 2. in an inner block, a `Select` with every operation registered (each channel expression
-//!    evaluated once, in order), the wait, and the completion of the chosen operation, whose
-//!    result goes into its arm's `Option`;
+//! 2. in an inner block, a reference to each channel expression (evaluated once, in order,
+//!    and bound before the select so that a temporary one, `after(..)` say, outlives it), a
+//!    `Select` with every operation registered, the wait, and the completion of the chosen
+//!    operation, whose result goes into its arm's `Option`;
 //! 3. the arms' bodies, in an `if let` chain on those `Option`s, then the `default` body.
 //!
 //! So every body runs after the inner block has ended, which matters twice. The select and the
 //! chosen operation borrow the channel expressions; with them gone, a body may assign to the
-//! variable it received from (a disconnected receiver swapped for
-//! `never()`, say). And a body is the tail of its branch, never the operand of
-//! a call, so a body that diverges (`break`, `return`, `continue`, a panic) leaves no
-//! unreachable code behind it.
+//! variable it received from (a disconnected receiver swapped for [`never()`](super::never),
+//! say). And a body is the tail of its branch, never the operand of a call, so a body that
+//! diverges (`break`, `return`, `continue`, a panic) leaves no unreachable code behind it.
 
 /// Waits on several channel operations and runs the arm of the one that completes: the
 /// [`Select`](crate::chan::Select) builder in the shape of crossbeam-channel's `select!`.
@@ -41,7 +41,10 @@
 /// Bodies are plain code in the caller's function: `return`, `break`, `continue` and `?` work
 /// as written. Every body has the same type, which is the value of the `select!`. A body runs
 /// once the operation is complete and the select has let go of the channel expressions, so it
-/// may assign to the variables they named.
+/// may assign to the variables they named: in a loop, a receiver whose channel disconnected
+/// (an arm that would be ready for ever) leaves by being swapped for
+/// [`never()`](crate::chan::never) (the example there shows it). A channel expression may be
+/// a temporary, such as a timeout's [`after(..)`](crate::chan::after).
 ///
 /// ```
 /// use std::time::Duration;
@@ -143,6 +146,7 @@ macro_rules! __select_internal {
     (@emit ($($arm:tt)*) $wait:tt $($default:tt)?) => {{
         $($crate::__select_internal!(@declare $arm);)*
         {
+            $($crate::__select_internal!(@end $arm);)*
             let mut __courier_select = $crate::chan::Select::new();
             $($crate::__select_internal!(@register __courier_select $arm);)*
             $crate::__select_internal!(@wait __courier_select ($($arm)*) $wait);
@@ -154,12 +158,16 @@ macro_rules! __select_internal {
         let mut $result = ::core::option::Option::None;
     };
 
-    (@register $sel:ident [recv $index:ident $end:ident $result:ident ($rx:expr) $($more:tt)*]) => {
-        let $end = &$rx;
+    // Each end is bound before the select exists, so that a temporary one (`after(..)`)
+    // outlives the select's borrow of it.
+    (@end [$kind:ident $index:ident $end:ident $result:ident ($chan:expr) $($more:tt)*]) => {
+        let $end = &$chan;
+    };
+
+    (@register $sel:ident [recv $index:ident $end:ident $($more:tt)*]) => {
         let $index = $sel.recv($end);
     };
-    (@register $sel:ident [send $index:ident $end:ident $result:ident ($tx:expr) $($more:tt)*]) => {
-        let $end = &$tx;
+    (@register $sel:ident [send $index:ident $end:ident $($more:tt)*]) => {
         let $index = $sel.send($end);
     };
 

@@ -15,7 +15,7 @@
 //!   where 2^k = mark_bit = (cap+1).next_power_of_two(), one_lap = 2 * mark_bit
 //! ```
 //!
-//! `mark` is only ever set in `tail` (at capacity one, in the stamp): it means "disconnected".
+//! `mark` is only ever set in `tail`: it means "disconnected".
 //! A slot at `index` is
 //! - free for the sender at position `p = {lap, index}` when `stamp == p`;
 //! - full for the receiver at position `p` when `stamp == p + 1`.
@@ -25,25 +25,17 @@
 //! full CASes `head` forward, reads, and stores `stamp = p + one_lap` (free for the next lap).
 //! One CAS per operation, no ABA (positions only grow), no allocation after construction.
 //!
-//! Capacity one is the exception: there the slot's stamp alone holds the state (see "capacity
-//! one" below), so that a message moves one cache line between the sides instead of three.
+//! Capacity one (`bounded(1)`) is another algorithm, in [`one`](super::one): there the slot's
+//! state alone is the channel, so that a message moves one cache line between the sides
+//! instead of three.
 //!
 //! # Waiting
 //!
 //! A blocked operation spins on the channel for as long as spinning has been paying
-//! (`SyncWaitList::spin`), then registers. Above capacity one a thread first polls the
-//! channel between `sched_yield`s (senders) or briefly (receivers) before registering.
-//!
-//! **At capacity one a thread registers before it polls, and polls its claim word.** There a
-//! sender waits for a receiver as much as the other way round, and a registered waiter lets
-//! its peer finish for it: a receiver that frees the slot moves a registered sender's message
-//! into it ([`hand_off`](Channel::hand_off)) and claims it, a sender that fills the slot claims
-//! a registered receiver, and the waiter, polling between yields, sees the claim without a
-//! futex round trip (its `unpark` finds it awake). A thread that polled the channel instead
-//! had to be scheduled to finish its own operation. In a ring of 16 threads over bounded(1)
-//! channels on two CPUs, that took context switches from 1.10 to 0.62 a message (flume, which
-//! parks at once and hands off the same way: 0.61) and the ring from 0.97-1.28 to 0.70-0.90
-//! µs a message (`ring_ab bounded1 16`; BENCHMARKS.md, session 14).
+//! (`SyncWaitList::spin`), then polls the channel between `sched_yield`s (senders) or briefly
+//! (receivers), then registers and parks. A receiver that frees a slot of a full channel moves
+//! a blocked sender's message into it before waking that sender
+//! ([`hand_off`](super::hand_off)).
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -51,12 +43,13 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
+use super::hand_off::{wait_for_receiver, SendPacket};
 use crate::chan::backoff::Backoff;
-use crate::chan::context::{Context, Operation, Selected};
+use crate::chan::context::{Context, Operation};
 use crate::chan::err::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::chan::flavors::Token;
 use crate::chan::wait_list::{Entry, SyncWaitList};
-use crate::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
 /// One slot of the ring.
@@ -67,17 +60,6 @@ struct Slot<T> {
     /// The message; initialised exactly when the stamp says "full".
     msg: UnsafeCell<MaybeUninit<T>>,
 }
-
-/// Capacity one: the phase bits of the slot's stamp.
-const ONE_PHASE: usize = 0b11;
-const ONE_EMPTY: usize = 0b00;
-const ONE_SENDING: usize = 0b01;
-const ONE_FULL: usize = 0b10;
-const ONE_RECEIVING: usize = 0b11;
-/// SENDING -> FULL and RECEIVING -> EMPTY, as one `fetch_xor` that keeps the mark.
-const ONE_DONE: usize = 0b11;
-/// Capacity one: the disconnect mark, in the stamp.
-const ONE_MARK: usize = 0b100;
 
 /// A reserved slot.
 #[derive(Debug)]
@@ -99,35 +81,6 @@ impl Default for ArrayToken {
         ArrayToken {
             slot: ptr::null(),
             stamp: 0,
-        }
-    }
-}
-
-/// A blocked sender's message, on its stack, for a receiver to hand off into a freed slot.
-struct SendPacket<T> {
-    /// Initialised while `state` is PENDING (and after RETRY: the sender takes it back).
-    msg: UnsafeCell<MaybeUninit<T>>,
-    state: AtomicU8,
-}
-
-/// The sender waits; its message is in the packet.
-const PENDING: u8 = 0;
-/// A receiver moved the message into the channel: the send is complete.
-const DELIVERED: u8 = 1;
-/// A receiver claimed the sender but found no room: the sender retries with its message.
-const RETRY: u8 = 2;
-
-impl<T> SendPacket<T> {
-    /// Waits (briefly: the claimer is running) until a claimer has decided.
-    fn wait(&self) -> u8 {
-        let mut backoff = Backoff::new();
-        loop {
-            // SYNC POINT: partner: the Release store in `Channel::hand_off`.
-            let state = self.state.load(Ordering::Acquire);
-            if state != PENDING {
-                return state;
-            }
-            backoff.snooze();
         }
     }
 }
@@ -195,16 +148,12 @@ impl<T> Channel<T> {
 
     /// Reserves a slot to write into. `false`: full. `true` with a null slot: disconnected.
     ///
-    /// Always inlined: with the capacity-one branch the compiler stopped inlining it (and
-    /// `reserve_recv`), and `spsc_boundedN` (a million messages) went from 15 to 44-89 ns a
-    /// message, far more than two calls cost: how closely the receiver trails the sender
-    /// decides how often they fight over the slots' lines, and that balance is fragile.
-    /// Inlined: 13-23 ns (crossbeam 14-16; BENCHMARKS.md, session 9).
+    /// Always inlined: out of line (as the compiler leaves it once the function grows), it
+    /// takes `courier-bench chan --full --case spsc_boundedN` (a million messages) from 13-23
+    /// to 44-89 ns a message, far more than two calls cost: how closely the receiver trails the
+    /// sender decides how often they fight over the slots' lines, and that balance is fragile.
     #[inline(always)]
     fn reserve_send(&self, token: &mut ArrayToken) -> bool {
-        if self.cap == 1 {
-            return self.reserve_send_one(token);
-        }
         let mut backoff = Backoff::new();
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
@@ -253,8 +202,9 @@ impl<T> Channel<T> {
                 // previous lap is still writing or reading the slot (wait for it). After a few
                 // rounds give the CPU away (crossbeam's `snooze` here): senders outnumbering the
                 // CPUs otherwise spin against each other on `tail` while the receiver waits for
-                // a CPU (`buffered_ab 4 15 barrier` 43-66 -> 20-26 ns a message), and a peer
-                // preempted mid-slot needs this CPU to finish.
+                // a CPU (`buffered_ab 4 15 barrier`, `courier-bench/examples`: 20-26 ns a
+                // message, 43-66 spinning only), and a peer preempted mid-slot needs this CPU
+                // to finish.
                 backoff.snooze();
                 tail = self.tail.load(Ordering::Relaxed);
             }
@@ -273,19 +223,12 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_send` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `tail` CAS (capacity one: the stamp's) gave this sender exclusive
-        // access to the slot's message until it publishes the stamp below.
+        // SAFETY: winning the `tail` CAS gave this sender exclusive access to the slot's message
+        // until it publishes the stamp below.
         slot.msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
-        if self.cap == 1 {
-            // SYNC POINT: SENDING -> FULL publishes the message, keeping a disconnect mark set
-            // meanwhile. Partner: the Acquire loads of `reserve_recv_one`.
-            slot.stamp.fetch_xor(ONE_DONE, Ordering::Release);
-        } else {
-            // SYNC POINT: publishes the message. Partner: the Acquire stamp load in
-            // `reserve_recv`.
-            slot.stamp.store(token.stamp, Ordering::Release);
-        }
+        // SYNC POINT: publishes the message. Partner: the Acquire stamp load in `reserve_recv`.
+        slot.stamp.store(token.stamp, Ordering::Release);
         self.receivers.notify();
         Ok(())
     }
@@ -294,9 +237,6 @@ impl<T> Channel<T> {
     /// disconnected. Always inlined: see `reserve_send`.
     #[inline(always)]
     fn reserve_recv(&self, token: &mut ArrayToken) -> bool {
-        if self.cap == 1 {
-            return self.reserve_recv_one(token);
-        }
         let mut backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
@@ -349,111 +289,6 @@ impl<T> Channel<T> {
         }
     }
 
-    // ===== capacity one: the slot's stamp is the whole state =====
-    //
-    // With room for one message, `head`, `tail` and the stamp would be three cache lines that
-    // both sides touch for every message; here the slot's stamp alone says EMPTY, SENDING,
-    // FULL or RECEIVING (plus the disconnect mark), a claim is one CAS on it and a completion
-    // one `fetch_xor`, so a message moves one line between the two sides. SENDING counts as a
-    // message and RECEIVING as room, as a claimed position does in the ring above, so the
-    // claims are the changes the wait lists' Dekker pairs see.
-
-    /// The one-slot state (`cap == 1`).
-    #[inline]
-    fn one_state(&self) -> usize {
-        self.buffer[0].stamp.load(Ordering::SeqCst)
-    }
-
-    /// Does a one-slot state count as holding a message (for receivers: not empty; for
-    /// senders: full)?
-    #[inline]
-    fn one_has_message(&self, state: usize) -> bool {
-        matches!(state & ONE_PHASE, ONE_SENDING | ONE_FULL)
-    }
-
-    /// Claims the one slot by moving its stamp from `from` to `to`; on a lost race, backs off
-    /// and returns `false` for the caller to look again.
-    #[inline]
-    fn claim_one(
-        &self,
-        token: &mut ArrayToken,
-        from: usize,
-        to: usize,
-        backoff: &mut Backoff,
-    ) -> bool {
-        let slot = &self.buffer[0];
-        // SYNC POINT: the claim is the change the wait lists' Dekker pairs see (SeqCst RMW).
-        match slot
-            .stamp
-            .compare_exchange_weak(from, to, Ordering::SeqCst, Ordering::Relaxed)
-        {
-            Ok(_) => {
-                token.slot = slot as *const Slot<T> as *const u8;
-                true
-            }
-            Err(_) => {
-                backoff.spin();
-                false
-            }
-        }
-    }
-
-    /// `reserve_send` for `cap == 1`.
-    fn reserve_send_one(&self, token: &mut ArrayToken) -> bool {
-        let slot = &self.buffer[0];
-        let mut backoff = Backoff::new();
-        loop {
-            // SYNC POINT: partner: the receiver's Release `fetch_xor` in `read_reserved` (the
-            // previous message has been moved out).
-            let state = slot.stamp.load(Ordering::Acquire);
-            if state & ONE_MARK != 0 {
-                token.slot = ptr::null();
-                return true;
-            }
-            match state {
-                ONE_EMPTY => {
-                    if self.claim_one(token, state, ONE_SENDING, &mut backoff) {
-                        return true;
-                    }
-                }
-                // A receiver is moving the message out: room in a moment.
-                ONE_RECEIVING => backoff.snooze(),
-                // FULL, or another sender writing: full.
-                _ => return false,
-            }
-        }
-    }
-
-    /// `reserve_recv` for `cap == 1`.
-    fn reserve_recv_one(&self, token: &mut ArrayToken) -> bool {
-        let slot = &self.buffer[0];
-        let mut backoff = Backoff::new();
-        loop {
-            // SYNC POINT: partner: the sender's Release `fetch_xor` in `write_reserved` (the
-            // message is initialised).
-            let state = slot.stamp.load(Ordering::Acquire);
-            match state & ONE_PHASE {
-                ONE_FULL => {
-                    let receiving = state ^ ONE_FULL ^ ONE_RECEIVING;
-                    if self.claim_one(token, state, receiving, &mut backoff) {
-                        return true;
-                    }
-                }
-                // A sender is writing its message: wait for it.
-                ONE_SENDING => backoff.snooze(),
-                // EMPTY, or another receiver taking the message: empty, and disconnected if
-                // marked (no message can follow: a sender's claim needs an unmarked EMPTY).
-                _ => {
-                    if state & ONE_MARK != 0 {
-                        token.slot = ptr::null();
-                        return true;
-                    }
-                    return false;
-                }
-            }
-        }
-    }
-
     /// Reads the reserved message and wakes a sender.
     ///
     /// # Safety
@@ -466,18 +301,12 @@ impl<T> Channel<T> {
         }
         // SAFETY: the token points at a slot of `self.buffer` (`reserve_recv` stored it).
         let slot: &Slot<T> = unsafe { &*(token.slot as *const Slot<T>) };
-        // SAFETY: winning the `head` CAS (capacity one: the stamp's) on a slot stamped "full"
-        // gave this receiver exclusive access to an initialised message, moved out once.
+        // SAFETY: winning the `head` CAS on a slot stamped "full" gave this receiver exclusive
+        // access to an initialised message, moved out once.
         let msg = slot.msg.with(|p| unsafe { p.read().assume_init() });
-        if self.cap == 1 {
-            // SYNC POINT: RECEIVING -> EMPTY frees the slot, keeping a disconnect mark set
-            // meanwhile. Partner: the Acquire loads of `reserve_send_one`.
-            slot.stamp.fetch_xor(ONE_DONE, Ordering::Release);
-        } else {
-            // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
-            // `reserve_send`.
-            slot.stamp.store(token.stamp, Ordering::Release);
-        }
+        // SYNC POINT: frees the slot for the next lap. Partner: the Acquire stamp load in
+        // `reserve_send`.
+        slot.stamp.store(token.stamp, Ordering::Release);
         self.senders.notify_with(|entry| self.hand_off(entry));
         Ok(msg)
     }
@@ -541,21 +370,14 @@ impl<T> Channel<T> {
     #[inline(never)]
     fn send_slow(&self, mut msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
         let token = &mut ArrayToken::default();
-        // Capacity one polls registered (module docs, "Waiting").
-        let poll_claim = self.cap == 1;
         loop {
-            // Fast path, then a spin (and above capacity one, polling between yields) while a
-            // receiver is about to make room.
-            let ready = self.reserve_send(token) || {
-                let mut attempt = || self.reserve_send(token).then_some(());
-                if poll_claim {
-                    self.senders.spin(&mut attempt).is_some()
-                } else {
-                    self.senders
-                        .poll_spinning_first(deadline, attempt)
-                        .is_some()
-                }
-            };
+            // Fast path, then a spin and polling between yields while a receiver is about to
+            // make room.
+            let ready = self.reserve_send(token)
+                || self
+                    .senders
+                    .poll_spinning_first(deadline, || self.reserve_send(token).then_some(()))
+                    .is_some();
             if ready {
                 // SAFETY: `reserve_send` returned true for this token.
                 let sent = unsafe { self.write_reserved(token, msg) };
@@ -566,64 +388,42 @@ impl<T> Channel<T> {
                     return Err(SendTimeoutError::Timeout(msg));
                 }
             }
-            // Register (with the message in a hand-off packet), re-check, park.
-            let packet = SendPacket {
-                msg: UnsafeCell::new(MaybeUninit::new(msg)),
-                state: AtomicU8::new(PENDING),
+            // Register with the message in a hand-off packet, re-check, park.
+            msg = match wait_for_receiver(
+                &self.senders,
+                Operation::hook(token),
+                msg,
+                deadline,
+                false,
+                || !self.is_full() || self.is_disconnected(),
+            ) {
+                Ok(()) => return Ok(()),
+                Err(msg) => msg,
             };
-            let delivered = Context::with(|cx| {
-                let oper = Operation::hook(token);
-                self.senders.register_with_packet(
-                    oper,
-                    &packet as *const SendPacket<T> as *mut (),
-                    cx,
-                );
-                if !self.is_full() || self.is_disconnected() {
-                    let _ = cx.try_select(Selected::Aborted);
-                }
-                match cx.wait_until(deadline, poll_claim) {
-                    Selected::Aborted | Selected::Disconnected => {
-                        self.senders.unregister(oper);
-                        false
-                    }
-                    // A receiver made room and claimed us: it moved the message into the slot
-                    // it freed (DELIVERED), or could not (RETRY).
-                    Selected::Operation(_) | Selected::Waiting => packet.wait() == DELIVERED,
-                }
-            });
-            if delivered {
-                return Ok(());
-            }
-            // SAFETY: not delivered: no one else touches the packet any more, and its message
-            // is still initialised (only a DELIVERED hand-off moves it out).
-            msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
         }
     }
 
     /// Run by a receiver that freed a slot and claimed a blocked sender (outside the list lock,
-    /// before waking it): moves the sender's message into a slot, so the channel is full again
-    /// at once and the next receiver need not wait for the sender to be scheduled (Go's
-    /// `chanrecv` does the same with a waiting sender's value).
+    /// before waking it): moves the sender's message into a slot
+    /// ([`hand_off`](super::hand_off)).
     fn hand_off(&self, entry: &Entry) {
-        if entry.packet.is_null() {
-            return; // a `Select`'s registration: it only wants waking
-        }
-        // SAFETY: a packet registered by `send` lives on the blocked sender's stack until its
-        // state leaves PENDING; we claimed the sender, so we are the only one touching it.
-        let packet = unsafe { &*(entry.packet as *const SendPacket<T>) };
-        let mut token = ArrayToken::default();
-        let state = if self.reserve_send(&mut token) && !token.slot.is_null() {
-            // SAFETY: PENDING packets hold an initialised message; we move it out once.
-            let msg = packet.msg.with(|p| unsafe { p.read().assume_init() });
-            // SAFETY: `reserve_send` reserved a slot for this token.
-            let written = unsafe { self.write_reserved(&token, msg) };
-            debug_assert!(written.is_ok());
-            DELIVERED
-        } else {
-            RETRY
+        // SAFETY: only `send_slow` registers packets on `senders` (a `Select` registers none),
+        // and `notify_with` runs this on the entry it claimed.
+        let Some(packet) = (unsafe { SendPacket::<T>::of(entry) }) else {
+            return;
         };
-        // SYNC POINT: hands the packet back. Partner: the Acquire load in `SendPacket::wait`.
-        packet.state.store(state, Ordering::Release);
+        let mut token = ArrayToken::default();
+        if self.reserve_send(&mut token) && !token.slot.is_null() {
+            let write = |msg| {
+                // SAFETY: `reserve_send` reserved a slot for this token.
+                let written = unsafe { self.write_reserved(&token, msg) };
+                debug_assert!(written.is_ok());
+            };
+            // SAFETY: the packet came from `of`; this is its one `deliver`.
+            unsafe { packet.deliver(write) };
+        } else {
+            packet.retry();
+        }
     }
 
     pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
@@ -654,17 +454,13 @@ impl<T> Channel<T> {
     fn recv_slow(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let token = &mut ArrayToken::default();
         loop {
-            // Fast path, then a spin while a sender is about to deliver: adaptive at capacity
-            // one (then polling registered: module docs, "Waiting"); brief above it, where the
-            // senders rarely wait for us (`SyncWaitList::poll_briefly`).
-            let ready = self.reserve_recv(token) || {
-                let mut attempt = || self.reserve_recv(token).then_some(());
-                if self.cap == 1 {
-                    self.receivers.spin(&mut attempt).is_some()
-                } else {
-                    self.receivers.poll_briefly(deadline, attempt).is_some()
-                }
-            };
+            // Fast path, then a brief poll while a sender is about to deliver (the senders
+            // rarely wait for us: `SyncWaitList::poll_briefly`).
+            let ready = self.reserve_recv(token)
+                || self
+                    .receivers
+                    .poll_briefly(deadline, || self.reserve_recv(token).then_some(()))
+                    .is_some();
             if ready {
                 // SAFETY: `reserve_recv` returned true for this token.
                 let got = unsafe { self.read_reserved(token) };
@@ -676,7 +472,7 @@ impl<T> Channel<T> {
                 }
             }
             self.receivers
-                .park_unless(Operation::hook(token), deadline, self.cap == 1, || {
+                .park_unless(Operation::hook(token), deadline, false, || {
                     !self.is_empty() || self.is_disconnected()
                 });
         }
@@ -686,9 +482,6 @@ impl<T> Channel<T> {
 
     /// The number of messages in the channel (a snapshot).
     pub(crate) fn len(&self) -> usize {
-        if self.cap == 1 {
-            return usize::from(self.one_has_message(self.one_state()));
-        }
         loop {
             let tail = self.tail.load(Ordering::SeqCst);
             let head = self.head.load(Ordering::SeqCst);
@@ -718,40 +511,26 @@ impl<T> Channel<T> {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        if self.cap == 1 {
-            return !self.one_has_message(self.one_state());
-        }
         let head = self.head.load(Ordering::SeqCst);
         let tail = self.tail.load(Ordering::SeqCst);
         tail & !self.mark_bit == head
     }
 
     pub(crate) fn is_full(&self) -> bool {
-        if self.cap == 1 {
-            return self.one_has_message(self.one_state());
-        }
         let tail = self.tail.load(Ordering::SeqCst);
         let head = self.head.load(Ordering::SeqCst);
         head.wrapping_add(self.one_lap) == tail & !self.mark_bit
     }
 
     pub(crate) fn is_disconnected(&self) -> bool {
-        if self.cap == 1 {
-            return self.one_state() & ONE_MARK != 0;
-        }
         self.tail.load(Ordering::SeqCst) & self.mark_bit != 0
     }
 
     /// Marks the channel disconnected and wakes everyone. `true` if this call did it.
     pub(crate) fn disconnect(&self) -> bool {
-        // SYNC POINT: the mark is an RMW on `tail` (capacity one: on the stamp); partners: the `tail` loads of `reserve_recv`
+        // SYNC POINT: the mark is an RMW on `tail`; partners: the `tail` loads of `reserve_recv`
         // (after their fence) and of the re-checks, and the wait lists' locks.
-        let first = if self.cap == 1 {
-            self.buffer[0].stamp.fetch_or(ONE_MARK, Ordering::SeqCst) & ONE_MARK == 0
-        } else {
-            self.tail.fetch_or(self.mark_bit, Ordering::SeqCst) & self.mark_bit == 0
-        };
-        if first {
+        if self.tail.fetch_or(self.mark_bit, Ordering::SeqCst) & self.mark_bit == 0 {
             self.senders.disconnect();
             self.receivers.disconnect();
             true
@@ -804,15 +583,6 @@ impl<T> Channel<T> {
 impl<T> Drop for Channel<T> {
     fn drop(&mut self) {
         // Exclusive access: every handle is gone. Drop the messages still in the ring.
-        if self.cap == 1 {
-            if self.buffer[0].stamp.load(Ordering::Relaxed) & ONE_PHASE == ONE_FULL {
-                self.buffer[0].msg.with_mut(|p| {
-                    // SAFETY: FULL: the slot holds an initialised message, dropped once here.
-                    unsafe { (*p).assume_init_drop() }
-                });
-            }
-            return;
-        }
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
         let hix = head & (self.mark_bit - 1);
