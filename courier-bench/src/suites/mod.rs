@@ -85,6 +85,7 @@ pub mod floor;
 pub mod ipc;
 pub mod iter;
 pub mod ring;
+mod ring_fiber;
 pub mod send;
 pub mod serde;
 

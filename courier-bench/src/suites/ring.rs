@@ -177,7 +177,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
          channel pays whose recipient has parked); courier can beat it only by catching recipients \
          before they park",
     );
-    Ok(())
+    super::ring_fiber::run(ctx)
 }
 
 #[cfg(test)]

@@ -1,0 +1,211 @@
+//! The 2012 ring with fibers as its tasks (`courier-bench ring`, cases
+//! `ring_fiber_<n>_w<workers>` and, with one token, `ring_fiber1_...`):
+//! rings of 100, 10,000 and (with `--full`) 100,000 fibers.
+//!
+//! In `ring_fiber_*` every fiber sends to the next and then receives from its
+//! own channel, so `n` messages circulate at once; in `ring_fiber1_*` one
+//! token goes round, every hop a hand-off from one fiber to the next. The
+//! channels are `bounded(1)`. Subjects: `courier` (`chan` between fibers of
+//! a runtime of one or two workers), `courier-local` (one worker,
+//! `chan::local` between pinned fibers: no atomics), and `may` (its
+//! coroutines and channels, one worker). The clock starts once every fiber
+//! is spawned and waiting at a gate, and stops when the last has finished.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use courier::{chan, fiber};
+
+use super::chan::{measure_interleaved, Runner};
+use crate::harness::{Case, Ctx};
+
+/// The ring of `n` fibers on `rt` passing `per_task * n` messages.
+fn courier_ring(rt: &fiber::Runtime, n: usize, per_task: usize, one_token: bool) -> Duration {
+    rt.block_on(move || {
+        let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| chan::bounded::<u64>(1)).unzip();
+        txs.rotate_left(1);
+        let (gate_tx, gate) = chan::bounded::<()>(0);
+        let fibers: Vec<_> = txs
+            .into_iter()
+            .zip(rxs)
+            .enumerate()
+            .map(|(i, (tx, rx))| {
+                let gate = gate.clone();
+                fiber::spawn(move || {
+                    let _ = gate.recv();
+                    let sends_first = !one_token || i == 0;
+                    for j in 0..per_task as u64 {
+                        if sends_first {
+                            tx.send(j).expect("ring");
+                            std::hint::black_box(rx.recv().expect("ring"));
+                        } else {
+                            let v = rx.recv().expect("ring");
+                            tx.send(std::hint::black_box(v)).expect("ring");
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Everyone waits at the gate before the clock starts.
+        for _ in 0..4 {
+            fiber::yield_now();
+        }
+        let start = Instant::now();
+        drop(gate_tx);
+        fibers
+            .into_iter()
+            .for_each(|f| f.join().expect("ring fiber"));
+        start.elapsed()
+    })
+}
+
+/// The same ring on `chan::local` channels between fibers pinned to one
+/// worker.
+fn local_ring(rt: &fiber::Runtime, n: usize, per_task: usize, one_token: bool) -> Duration {
+    rt.block_on(move || {
+        let inner = fiber::spawn_local(move || {
+            let (mut txs, rxs): (Vec<_>, Vec<_>) =
+                (0..n).map(|_| chan::local::bounded::<u64>(1)).unzip();
+            txs.rotate_left(1);
+            let (gate_tx, gate) = chan::local::bounded::<()>(1);
+            let fibers: Vec<_> = txs
+                .into_iter()
+                .zip(rxs)
+                .enumerate()
+                .map(|(i, (tx, rx))| {
+                    let gate = gate.clone();
+                    fiber::spawn_local(move || {
+                        let _ = gate.recv();
+                        let sends_first = !one_token || i == 0;
+                        for j in 0..per_task as u64 {
+                            if sends_first {
+                                tx.send(j).expect("ring");
+                                std::hint::black_box(rx.recv().expect("ring"));
+                            } else {
+                                let v = rx.recv().expect("ring");
+                                tx.send(std::hint::black_box(v)).expect("ring");
+                            }
+                        }
+                    })
+                })
+                .collect();
+            drop(gate);
+            for _ in 0..4 {
+                fiber::yield_now();
+            }
+            let start = Instant::now();
+            drop(gate_tx);
+            fibers
+                .into_iter()
+                .for_each(|f| f.join().expect("ring fiber"));
+            start.elapsed()
+        });
+        inner.join().expect("ring")
+    })
+}
+
+/// The ring of `n` may coroutines (one worker).
+fn may_ring(n: usize, per_task: usize, one_token: bool) -> Duration {
+    may::go!(move || {
+        let (mut txs, rxs): (Vec<_>, Vec<_>) =
+            (0..n).map(|_| may::sync::mpsc::channel::<u64>()).unzip();
+        txs.rotate_left(1);
+        let (gate_tx, gate) = may::sync::mpsc::channel::<()>();
+        let gate = Arc::new(gate);
+        let coroutines: Vec<_> = txs
+            .into_iter()
+            .zip(rxs)
+            .enumerate()
+            .map(|(i, (tx, rx))| {
+                let gate = gate.clone();
+                may::go!(move || {
+                    let _ = gate.recv();
+                    let sends_first = !one_token || i == 0;
+                    for j in 0..per_task as u64 {
+                        if sends_first {
+                            tx.send(j).expect("ring");
+                            std::hint::black_box(rx.recv().expect("ring"));
+                        } else {
+                            let v = rx.recv().expect("ring");
+                            tx.send(std::hint::black_box(v)).expect("ring");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            may::coroutine::yield_now();
+        }
+        let start = Instant::now();
+        drop(gate_tx);
+        coroutines.into_iter().for_each(|c| c.join().expect("ring"));
+        start.elapsed()
+    })
+    .join()
+    .expect("may ring")
+}
+
+/// Whether `n` may coroutines fit under this process's `vm.max_map_count`
+/// (may's stacks take two map entries each, as courier's do).
+fn may_fits(n: usize) -> bool {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .is_some_and(|limit| 2 * n + 10_000 < limit)
+}
+
+/// The fiber rings of suite `ring`.
+pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
+    may::config().set_workers(1);
+    let one = Arc::new(fiber::Runtime::builder().workers(1).build()?);
+    let two = Arc::new(fiber::Runtime::builder().workers(2).build()?);
+    let messages = ctx.pick(100_000, 1_000_000);
+    let samples = ctx.samples(3, 3);
+    let sizes: &[usize] = if ctx.full() {
+        &[100, 10_000, 100_000]
+    } else {
+        &[100, 10_000]
+    };
+    for &n in sizes {
+        for one_token in [false, true] {
+            let family = if one_token {
+                "ring_fiber1"
+            } else {
+                "ring_fiber"
+            };
+            for workers in [1, 2] {
+                let case = Case::new(format!("{family}_{n}_w{workers}")).tasks(n as u64);
+                let rt = if workers == 1 {
+                    one.clone()
+                } else {
+                    two.clone()
+                };
+                let mut subjects: Vec<(&'static str, Runner)> = vec![(
+                    "courier",
+                    Box::new(move |m| Some(courier_ring(&rt, n, (m / n).max(1), one_token))),
+                )];
+                if workers == 1 {
+                    let local = one.clone();
+                    subjects.push((
+                        "courier-local",
+                        Box::new(move |m| Some(local_ring(&local, n, (m / n).max(1), one_token))),
+                    ));
+                    if may_fits(n) {
+                        subjects.push((
+                            "may",
+                            Box::new(move |m| Some(may_ring(n, (m / n).max(1), one_token))),
+                        ));
+                    }
+                }
+                let total = (messages / n).max(1) * n;
+                measure_interleaved(ctx, &case, subjects, samples, total);
+            }
+        }
+    }
+    ctx.note(format!(
+        "fiber rings: {messages} messages a sample, bounded(1) channels; ring_fiber: every fiber \
+         sends then receives (n messages circulate), ring_fiber1: one token (a hand-off a hop); \
+         w1/w2: one or two worker threads; may: one worker (its configuration is process-wide)"
+    ));
+    Ok(())
+}
