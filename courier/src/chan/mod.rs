@@ -48,7 +48,9 @@
 //!
 //! - A `send`/`recv` that does not wait is one CAS on the channel's tail/head, one store of the
 //!   slot's stamp, and one load (a plain `mov` on x86) to see whether a peer waits (`bounded`,
-//!   `unbounded`). Nothing allocates except the unbounded flavor, once per 31 messages.
+//!   `unbounded`; on `bounded(1)`, a CAS and a `fetch_xor` on the slot's state word, the one
+//!   line both sides touch). Nothing allocates except the unbounded flavor, once per 31
+//!   messages.
 //! - A thread that must wait first spins for as long as spinning has been paying on that
 //!   channel side (an adaptive estimate), then polls between `sched_yield`s for up to 50 µs (a
 //!   receiver of `bounded(n > 1)`: four yields, so that it trails a streaming sender), then

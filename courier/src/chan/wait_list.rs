@@ -195,10 +195,10 @@ pub(crate) struct SyncWaitList<P: PollerCell = CachePadded<Pollers>> {
 
 /// Where a [`SyncWaitList`] keeps its [`Pollers`]: on a cache line of their own
 /// (`CachePadded`, for channels: waiters write the spin estimate while every peer's fast path
-/// reads `is_empty`; when this line also held a pollers count written at every wait, moving it
-/// off `is_empty`'s line took `spsc` over `bounded(1)` with pinned threads from 253-281 to
-/// 204-222 ns a message) or inline (a oneshot, whose receiver polls without a spin estimate:
-/// padding would quadruple its allocation for nothing).
+/// reads `is_empty`, and sharing a line with a word written at every wait costs `spsc` over
+/// `bounded(1)` with pinned threads 253-281 ns a message against 204-222) or inline (a
+/// oneshot, whose receiver polls without a spin estimate: padding would quadruple its
+/// allocation for nothing).
 pub(crate) trait PollerCell {
     fn new() -> Self;
     fn get(&self) -> &Pollers;
