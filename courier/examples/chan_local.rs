@@ -1,26 +1,35 @@
-//! `courier::chan::local`: a channel for tasks that share one thread, with no
-//! atomics and no locks (its ends cannot leave the thread).
+//! `courier::chan::local` between fibers of one worker: channels with no
+//! atomics and no locks (their ends cannot leave the thread), whose blocking
+//! calls park the fiber.
 //!
 //! ```sh
 //! cargo run -p courier --example chan_local
 //! ```
-//!
-//! Outside a fiber nothing else on the thread could make a blocking call
-//! ready, so this example uses the non-blocking calls, which work anywhere.
 
-use courier::chan::local;
+use courier::{chan, fiber};
 
 fn main() {
-    let (tx, rx) = local::bounded::<String>(2);
-    tx.send("one".to_owned()).unwrap();
-    tx.try_send("two".to_owned()).unwrap();
-    // Full: the message comes back.
-    let refused = tx.try_send("three".to_owned()).unwrap_err();
-    println!("full, kept: {}", refused.into_inner());
-    assert_eq!(rx.try_recv().as_deref(), Ok("one"));
-    assert_eq!(rx.recv().as_deref(), Ok("two"));
-    drop(tx);
-    // Every sender is gone and the queue is empty.
-    assert!(rx.try_recv().is_err());
-    println!("local channel: done");
+    let rt = fiber::Runtime::builder().workers(1).build().unwrap();
+    let total = rt.block_on(|| {
+        // A pipeline of three stages, each a fiber pinned to this worker.
+        let (numbers_tx, numbers) = chan::local::bounded::<u64>(8);
+        let (squares_tx, squares) = chan::local::bounded::<u64>(8);
+        let producer = fiber::spawn_local(move || {
+            for n in 1..=1000 {
+                numbers_tx.send(n).unwrap(); // parks while the channel is full
+            }
+        });
+        let squarer = fiber::spawn_local(move || {
+            for n in numbers.iter() {
+                squares_tx.send(n * n).unwrap();
+            }
+        });
+        // Ends when every sender is gone and the channel is empty.
+        let total: u64 = squares.iter().sum();
+        producer.join().unwrap();
+        squarer.join().unwrap();
+        total
+    });
+    assert_eq!(total, 333_833_500);
+    println!("sum of the first 1000 squares: {total}");
 }

@@ -4,11 +4,13 @@
 //!
 //! | reach | module | carried by | blocks |
 //! | --- | --- | --- | --- |
-//! | process to process | [`ipc`] | `SOCK_SEQPACKET` sockets, sealed memfd regions | the thread |
-//! | thread to thread | [`chan`] | a lock-free queue per channel | the thread (or a fiber) |
+//! | process to process | [`ipc`] | `SOCK_SEQPACKET` sockets, sealed memfd regions | the thread, or the fiber |
+//! | thread to thread | [`chan`] | a lock-free queue per channel | the thread, or the fiber |
 //! | fiber to fiber on one thread | `chan::local` | a queue with no atomics | the fiber |
 //!
-//! [`buf`] is the scatter-gather iterator every transfer goes through.
+//! [`fiber`] runs stackful tasks on pooled stacks over worker threads: a
+//! blocking call of `chan`, `ipc` or [`fiber::net`] parks the fiber, not its
+//! worker. [`buf`] is the scatter-gather iterator every transfer goes through.
 //!
 //! # Between processes
 //!
