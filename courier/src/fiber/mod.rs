@@ -58,6 +58,7 @@ mod blocking;
 pub mod net;
 mod sched;
 mod stack;
+mod state;
 
 use std::io;
 use std::os::fd::BorrowedFd;

@@ -47,7 +47,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
@@ -59,6 +59,7 @@ use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
 
 use super::stack::{self, PooledStack};
+use super::state::State;
 use crate::chan::{self, Park, TaskContext};
 
 /// Why a fiber suspended.
@@ -71,18 +72,13 @@ enum Suspend {
 
 type Coro = Coroutine<(), Suspend, (), PooledStack>;
 
-const QUEUED: u8 = 0;
-const RUNNING: u8 = 1;
-const NOTIFIED: u8 = 2;
-const PARKED: u8 = 3;
-
 /// The home of a fiber that has not started.
 const NO_HOME: usize = usize::MAX;
 
 /// A fiber: its coroutine and its scheduling state.
 pub(crate) struct Fiber {
-    /// `QUEUED`, `RUNNING`, `NOTIFIED` or `PARKED` (see the module docs).
-    state: AtomicU8,
+    /// Queued, running, notified or parked (see the module docs).
+    state: State,
     name: Option<Box<str>>,
     /// The worker it runs on once started ([`NO_HOME`] before).
     home: AtomicUsize,
@@ -158,11 +154,7 @@ impl Park for FiberPark {
 /// Suspends the running fiber `fiber` until it is unparked (or `deadline`).
 fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
     // A token left by an `unpark` while it ran: consumed, no suspension.
-    if fiber
-        .state
-        .compare_exchange(NOTIFIED, RUNNING, Ordering::Acquire, Ordering::Relaxed)
-        .is_ok()
-    {
+    if fiber.state.take_token() {
         return;
     }
     suspend(fiber, Suspend::Park(deadline));
@@ -179,25 +171,8 @@ fn suspend(fiber: &Fiber, why: Suspend) {
 
 /// Makes `fiber`'s current or next park return.
 fn unpark(fiber: &Arc<Fiber>) {
-    let mut state = fiber.state.load(Ordering::Relaxed);
-    loop {
-        let next = match state {
-            RUNNING => NOTIFIED,
-            PARKED => QUEUED,
-            // Already woken, or queued to run.
-            _ => return,
-        };
-        // SYNC POINT: `Release`, paired with the worker's `Acquire` when it
-        // runs the fiber (or the fiber's when it consumes the token): what
-        // the waker wrote before waking is seen after.
-        match fiber
-            .state
-            .compare_exchange_weak(state, next, Ordering::Release, Ordering::Relaxed)
-        {
-            Ok(_) if next == QUEUED => return schedule(Arc::clone(fiber)),
-            Ok(_) => return,
-            Err(now) => state = now,
-        }
+    if fiber.state.unpark() {
+        schedule(Arc::clone(fiber));
     }
 }
 
@@ -529,7 +504,7 @@ where
         let _ = done.send(value);
     });
     let fiber = Arc::new(Fiber {
-        state: AtomicU8::new(QUEUED),
+        state: State::queued(),
         name: name.map(String::into_boxed_str),
         home: AtomicUsize::new(home.unwrap_or(NO_HOME)),
         rt: Arc::clone(rt),
@@ -554,10 +529,7 @@ impl Fiber {
 
 /// Runs `fiber` for one turn on worker `w`.
 fn run(w: &WorkerState, fiber: Arc<Fiber>) {
-    // SYNC POINT: the waker's `Release` in `unpark` (or the spawner's queue).
-    let _ = fiber
-        .state
-        .compare_exchange(QUEUED, RUNNING, Ordering::Acquire, Ordering::Relaxed);
+    fiber.state.start_turn();
     // Its first turn makes this worker its home (see the module docs).
     if fiber.home.load(Ordering::Relaxed) == NO_HOME {
         fiber.home.store(w.index, Ordering::Relaxed);
@@ -584,25 +556,17 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
             w.turn.set(false);
         }
         CoroutineResult::Yield(Suspend::Park(deadline)) => {
-            match fiber
-                .state
-                .compare_exchange(RUNNING, PARKED, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if let Some(at) = deadline {
-                        let seq = w.timer_seq.get();
-                        w.timer_seq.set(seq + 1);
-                        w.timers
-                            .borrow_mut()
-                            .push(Reverse(Timer { at, seq, fiber }));
-                    }
+            if fiber.state.commit_park() {
+                if let Some(at) = deadline {
+                    let seq = w.timer_seq.get();
+                    w.timer_seq.set(seq + 1);
+                    let timer = Timer { at, seq, fiber };
+                    w.timers.borrow_mut().push(Reverse(timer));
                 }
+            } else {
                 // Woken while it was on its way to park: run it again (its
                 // park returns).
-                Err(_) => {
-                    fiber.state.store(QUEUED, Ordering::Relaxed);
-                    requeue(w, fiber);
-                }
+                requeue(w, fiber);
             }
         }
         CoroutineResult::Return(()) => {
