@@ -82,6 +82,7 @@
 pub mod chan;
 pub mod fiber;
 pub mod floor;
+pub mod http;
 pub mod ipc;
 pub mod iter;
 pub mod ring;
@@ -157,6 +158,12 @@ pub static SUITES: &[Suite] = &[
         run: fiber::run,
     },
     Suite {
+        name: "http",
+        about: "Hello servers under 256 keep-alive connections, as Ruby's fiber pool (feature #15997) measured them: the http_hello example against may_minihttp and tokio + hyper",
+        args: http::args,
+        run: http::run,
+    },
+    Suite {
         name: "ring",
         about: "The ring of Rust's 2012 message-passing post: N threads (2, 4, 16) passing messages (1M with --full) over bounded(1), unbounded, bounded(0), with a futex hand-off floor for bounded(0); plus chan::local in one thread",
         args: no_args,
@@ -195,6 +202,10 @@ pub static ROLES: &[Role] = &[
     Role {
         name: "floor-echo-spin",
         run: floor::echo_spin,
+    },
+    Role {
+        name: http::SERVE,
+        run: http::serve,
     },
 ];
 
