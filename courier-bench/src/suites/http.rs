@@ -30,14 +30,18 @@
 //! requests over its wall time (the median over rounds, with its spread);
 //! `p50_ns` and `p99_ns` are over every request of every round.
 //!
-//! The client is tokio, one current-thread runtime on each of its threads
-//! (one by default), each owning an equal share of the connections: as
-//! `wrk` and `ab` do, one event loop drives many connections, so the client
-//! costs about a `write` and a `read` a request and no thread hand-off. With
-//! a blocking thread per connection instead, 256 client threads would
-//! compete with the server's two workers for two CPUs, and every request
-//! would pay a thread wake-up on each side; the figures would measure the
-//! kernel's scheduler more than the servers.
+//! The client is tokio, one current-thread runtime on each of its threads,
+//! each owning an equal share of the connections: as `wrk` and `ab` do, one
+//! event loop drives many connections, so the client costs about a `write`
+//! and a `read` a request and no thread hand-off. With a blocking thread per
+//! connection instead, 256 client threads would compete with the server's
+//! workers for the same CPUs, and every request would pay a thread wake-up
+//! on each side; the figures would measure the kernel's scheduler more than
+//! the servers. The client has as many threads as the servers have workers:
+//! on loopback a request costs the client about as much CPU as the server
+//! (mostly the kernel's TCP path), so a single client thread, as `ab` has,
+//! saturates its CPU near 100,000 requests a second on this class of machine
+//! and caps every server at the same figure.
 //!
 //! Reproduce by hand, with `ab` (Debian's apache2-utils):
 //!
@@ -102,7 +106,7 @@ pub fn args() -> Vec<Arg> {
             .short('n')
             .value_name("N")
             .value_parser(value_parser!(u64).range(1..))
-            .help("Requests a round (default 20,000; 100,000 with --full, as `ab -n 100000`)"),
+            .help("Requests a round (default 50,000; 100,000 with --full, as `ab -n 100000`)"),
         Arg::new("connections")
             .long("connections")
             .short('c')
@@ -118,7 +122,7 @@ pub fn args() -> Vec<Arg> {
             .long("client-threads")
             .value_name("N")
             .value_parser(value_parser!(u64).range(1..=64))
-            .help("Threads of the load generator (default 1)"),
+            .help("Threads of the load generator (default: as many as the servers' workers)"),
     ]
 }
 
@@ -131,13 +135,13 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     }
     let requests: u64 = ctx
         .opt("requests")
-        .unwrap_or(ctx.pick(20_000, 100_000))
+        .unwrap_or(ctx.pick(50_000, 100_000))
         .max(connections);
     let rounds = ctx.samples(3, 5);
     let workers: u64 = ctx
         .opt("workers")
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u64));
-    let client_threads: u64 = ctx.opt("client-threads").unwrap_or(1);
+    let client_threads: u64 = ctx.opt("client-threads").unwrap_or(workers);
     let load = Load {
         connections: connections as usize,
         requests,
