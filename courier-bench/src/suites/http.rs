@@ -334,12 +334,28 @@ struct Hello;
 impl may_minihttp::HttpService for Hello {
     fn call(
         &mut self,
-        _req: may_minihttp::Request,
+        req: may_minihttp::Request,
         rsp: &mut may_minihttp::Response,
     ) -> io::Result<()> {
+        // may_minihttp keeps every connection open but does not say so to an
+        // HTTP/1.0 client (`ab -k`), which then waits for the close: say it.
+        let keep_alive = req.headers().iter().any(|h| {
+            h.name.eq_ignore_ascii_case("connection")
+                && std::str::from_utf8(h.value).is_ok_and(asks_keep_alive)
+        });
+        if req.version() == 0 && keep_alive {
+            rsp.header("Connection: keep-alive");
+        }
         rsp.header("Content-Type: text/plain").body(BODY);
         Ok(())
     }
+}
+
+/// Whether a `Connection` header's value asks to keep the connection.
+fn asks_keep_alive(value: &str) -> bool {
+    value
+        .split(',')
+        .any(|token| token.trim().eq_ignore_ascii_case("keep-alive"))
 }
 
 /// may_minihttp's server on `workers` may workers.
