@@ -79,7 +79,7 @@ mod http_hello;
 /// The servers, in the order of the table.
 const SUBJECTS: [&str; 3] = ["courier", "may-minihttp", "tokio-hyper"];
 
-/// The request every connection sends, the seed's `/small` page.
+/// The request every connection sends: the `/small` page of Ruby's benchmark.
 const REQUEST: &[u8] = b"GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 /// The length of every response body.
