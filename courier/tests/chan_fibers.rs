@@ -38,10 +38,10 @@ fn flavors() -> Vec<(&'static str, Make)> {
 
 // ===== tests =====
 
-/// A ring as fibers of one thread (`courier-bench ring`'s shape): task `i` receives on channel `i` and sends on
-/// channel `i + 1`, [`RING_ROUNDS`] times. With `one_token` task 0 sends first and the others
-/// receive first (one message circulates, as a rendezvous ring must); otherwise every task sends
-/// first, so one message per task circulates. Every message arrives, in order.
+/// A ring as fibers of one thread (`courier-bench ring`'s shape): task `i` receives on channel
+/// `i` and sends on channel `i + 1`, [`RING_ROUNDS`] times. With `one_token` task 0 sends first
+/// and the others receive first (one message circulates, as a rendezvous ring must); otherwise
+/// every task sends first, so one message per task circulates. Every message arrives, in order.
 fn ring_of_fibers<S: 'static, R: 'static>(
     channels: Vec<(S, R)>,
     one_token: bool,

@@ -495,7 +495,7 @@ pub(crate) fn current_task_id() -> usize {
 /// shared_between_threads::<courier::chan::TaskContext>();
 /// ```
 pub struct TaskContext {
-    #[cfg_attr(loom, allow(dead_code))] // installed by `run`, which loom builds leave out
+    #[cfg_attr(loom, allow(dead_code))] // installed by `run`, except under loom (no current task)
     cx: Context,
     /// Not `Sync`: one task runs on one thread at a time, and two threads running it at once
     /// would share one claim word between two operations.

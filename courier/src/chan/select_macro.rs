@@ -187,7 +187,8 @@ macro_rules! __select_internal {
     };
 
     // Completes the chosen operation into its arm's result.
-    (@complete $op:ident ([recv $index:ident $end:ident $result:ident $($more:tt)*] $($rest:tt)*)) => {
+    (@complete $op:ident ([recv $index:ident $end:ident $result:ident $($more:tt)*]
+        $($rest:tt)*)) => {
         if $op.index() == $index {
             $result = ::core::option::Option::Some($op.recv($end));
         } else {

@@ -74,9 +74,9 @@
 //! With several `Sender`s blocks are freed: their allocations spread over as many arenas, and
 //! reuse measures worse there in the slow mode (a reused block is the one a receiver has just
 //! read, hot in the other core's cache: `mpsc_unbounded` 52-54 ns a message against 48,
-//! `mpmc_unbounded` up to 1.7x slower). The count is the number of handles, kept current by `Sender`'s `clone` and `drop`
-//! (`senders_now`); one handle shared by reference between threads still reuses, which costs
-//! only speed.
+//! `mpmc_unbounded` up to 1.7x slower). The count is the number of handles, kept current by
+//! `Sender`'s `clone` and `drop` (`senders_now`); one handle shared by reference between
+//! threads still reuses, which costs only speed.
 
 use std::mem::MaybeUninit;
 use std::ptr;
