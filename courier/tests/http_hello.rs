@@ -74,3 +74,38 @@ fn the_example_server_answers_keep_alive_requests() {
         std::mem::forget(rt);
     });
 }
+
+/// An HTTP/1.0 client that asks to keep the connection (as `ab -k` does) is
+/// told so, and one that does not is answered and closed; an HTTP/1.1
+/// `Connection: close` closes too.
+#[test]
+fn connections_close_when_a_request_asks() {
+    with_watchdog("http close", Duration::from_secs(60), || {
+        let rt = fiber::Runtime::builder().workers(1).build().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _server = rt.spawn(move || loop {
+            let (conn, _) = listener.accept().unwrap();
+            fiber::spawn(move || http_hello::serve(conn));
+        });
+        let exchange = |request: &[u8]| {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.write_all(request).unwrap();
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut all = Vec::new();
+            stream.read_to_end(&mut all).unwrap();
+            String::from_utf8_lossy(&all).into_owned()
+        };
+        let kept = exchange(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(kept.contains("Connection: keep-alive"), "{kept}");
+        let closed = exchange(b"GET / HTTP/1.0\r\n\r\nGET / HTTP/1.0\r\n\r\n");
+        assert_eq!(
+            closed.matches("200 OK").count(),
+            1,
+            "answered once, then closed"
+        );
+        let closed = exchange(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+        assert_eq!(closed.matches("200 OK").count(), 1);
+        std::mem::forget(rt);
+    });
+}
