@@ -21,10 +21,11 @@
 //! * **Memory goes back to the kernel by policy**: a freed stack keeps its
 //!   pages (giving them back with `madvise` on every release made reuse 6-10x
 //!   slower in Ruby's measurements); only the free stacks past a high-water
-//!   mark ([`HIGH_WATER`], 4,096) are advised away, coldest first, with
-//!   `MADV_FREE` (the kernel takes the pages when it needs memory, and a
-//!   stack reused before then costs nothing more; `MADV_DONTNEED` where the
-//!   kernel has no `MADV_FREE`).
+//!   mark ([`HIGH_WATER`], 4,096) are unmapped, coldest first, with their
+//!   guard pages: their memory and their two map entries go back, so a burst
+//!   of fibers does not leave the process at its `vm.max_map_count` for good
+//!   (where every later `mmap`, a thread's stack or a large allocation, would
+//!   fail).
 //! * **Every guard page splits the kernel's mapping** (a `PROT_NONE` page in
 //!   the middle of a read-write one): a stack costs two entries against
 //!   `vm.max_map_count` (65,530 by default), so about 32,000 fibers fit at the
@@ -39,6 +40,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,10 +112,8 @@ unsafe impl Send for StackSlot {}
 /// The shared free stacks of one stack size.
 struct Pool {
     size: usize,
-    /// Free stacks, LIFO: the warmest at the end.
-    free: Vec<StackSlot>,
-    /// `free[..advised]` have had their pages given back.
-    advised: usize,
+    /// Free stacks, LIFO: the warmest at the back, the coldest at the front.
+    free: VecDeque<StackSlot>,
     /// Stacks the next mapping holds.
     next_chunk: usize,
     /// Free stacks kept with their pages.
@@ -149,8 +149,7 @@ pub(crate) fn take(size: usize) -> io::Result<PooledStack> {
         None => {
             pools.push(Pool {
                 size,
-                free: Vec::new(),
-                advised: 0,
+                free: VecDeque::new(),
                 next_chunk: FIRST_CHUNK,
                 high_water: HIGH_WATER,
             });
@@ -164,8 +163,7 @@ pub(crate) fn take(size: usize) -> io::Result<PooledStack> {
         // Highest first, so that the lowest stack is taken first.
         pool.free.extend((0..count).rev().map(|i| chunk.stack(i)));
     }
-    let slot = pool.free.pop().expect("refilled above");
-    pool.advised = pool.advised.min(pool.free.len());
+    let slot = pool.free.pop_back().expect("refilled above");
     Ok(PooledStack {
         bottom: slot.bottom,
         size,
@@ -202,19 +200,13 @@ fn give_back(slots: Vec<StackSlot>) {
         let Some(pool) = pools.iter_mut().find(|p| p.size == slot.size) else {
             continue;
         };
-        pool.free.push(slot);
-        while pool.free.len() - pool.advised > pool.high_water {
-            let cold = pool.free[pool.advised];
-            let (addr, len) = (cold.bottom.as_ptr().cast(), cold.size);
-            // SAFETY: a free stack's pages are used by no one, and a stack's
-            // contents need not survive: the kernel may take the pages (or,
-            // for `MADV_DONTNEED`, does), and they read as zeros after.
-            let freed = unsafe { mm::madvise(addr, len, mm::Advice::LinuxFree) };
-            if freed.is_err() {
-                // SAFETY: as above.
-                let _ = unsafe { mm::madvise(addr, len, mm::Advice::LinuxDontNeed) };
-            }
-            pool.advised += 1;
+        pool.free.push_back(slot);
+        while pool.free.len() > pool.high_water {
+            let cold = pool.free.pop_front().expect("longer than the mark");
+            // SAFETY: a free stack and its guard page are used by no one and
+            // referenced by nothing (the free list held the only record of
+            // them): the range is ours to unmap.
+            let _ = unsafe { mm::munmap(cold.bottom.as_ptr().sub(PAGE).cast(), cold.size + PAGE) };
         }
     }
 }
