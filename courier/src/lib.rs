@@ -58,3 +58,8 @@ mod sync;
 // ipc-channel's error types live at its crate root: so do these, so that
 // replacing the crate's name is the whole switch.
 pub use ipc::{IpcError, SerDeError, TryRecvError, TrySelectError};
+
+/// The README's quick starts, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
