@@ -7,8 +7,8 @@
 //! suite. A suite's section is one wide table, a row per case and metric and a
 //! column per subject, each cell the median, its spread and its ratio (see
 //! [`report`](super::report) for what the ratio means). A rate that is only
-//! the inverse of a time of the same case (`msgs_per_s` beside `msg_ns`) is
-//! left out; `--json` keeps every figure.
+//! the inverse of a time of the same case ([`INVERSES`]: `msgs_per_s` beside
+//! `msg_ns`) is left out; `--json` keeps every figure.
 //!
 //! `scripts/benchmarks.sh` runs it.
 
@@ -70,26 +70,19 @@ impl Provenance {
     }
 }
 
-/// One row of the summary: a case of a suite, courier's subject in it, and
-/// the subject standing for each peer column.
+/// One row of the summary: a case of a suite, courier's subject in it, the
+/// peers it is read against, and whether the case has a floor.
 struct Pick {
     label: &'static str,
     suite: &'static str,
     case: &'static str,
     metric: &'static str,
     courier: &'static str,
-    /// (column, subject) pairs; a column not named has no figure.
-    peers: &'static [(&'static str, &'static str)],
+    /// The peers' subjects, in the order shown.
+    peers: &'static [&'static str],
+    /// Show the `floor` subject's distance too.
+    floor: bool,
 }
-
-/// The summary's peer columns, in order (`floor` last, read the other way).
-const COLUMNS: &[&str] = &[
-    "ipc-channel",
-    "crossbeam-channel",
-    "flume",
-    "std-mpsc",
-    FLOOR,
-];
 
 /// The summary: a handful of cases that show each reach against its peers.
 const PICKS: &[Pick] = &[
@@ -99,7 +92,8 @@ const PICKS: &[Pick] = &[
         case: "sendrecv_64b",
         metric: "sendrecv_ns",
         courier: "courier",
-        peers: &[("ipc-channel", "ipc-channel")],
+        peers: &["ipc-channel"],
+        floor: false,
     },
     Pick {
         label: "ipc: 64 B bytes message, send + receive",
@@ -107,7 +101,8 @@ const PICKS: &[Pick] = &[
         case: "sendrecv_64b",
         metric: "sendrecv_ns",
         courier: "courier-bytes",
-        peers: &[("ipc-channel", "ipc-channel-bytes"), (FLOOR, FLOOR)],
+        peers: &["ipc-channel-bytes"],
+        floor: true,
     },
     Pick {
         label: "ipc: 64 KiB bytes message, send + receive",
@@ -115,15 +110,8 @@ const PICKS: &[Pick] = &[
         case: "sendrecv_64k",
         metric: "sendrecv_ns",
         courier: "courier-bytes",
-        peers: &[("ipc-channel", "ipc-channel-bytes"), (FLOOR, FLOOR)],
-    },
-    Pick {
-        label: "ipc: 1 MiB typed `Vec<u8>`, send + receive",
-        suite: "ipc",
-        case: "sendrecv_1m",
-        metric: "sendrecv_ns",
-        courier: "courier",
-        peers: &[("ipc-channel", "ipc-channel")],
+        peers: &["ipc-channel-bytes"],
+        floor: true,
     },
     Pick {
         label: "ipc: 64 B round trip between two processes on one CPU (p50)",
@@ -131,7 +119,8 @@ const PICKS: &[Pick] = &[
         case: "rtt_pinned_64b",
         metric: "rtt_p50_ns",
         courier: "courier",
-        peers: &[("ipc-channel", "ipc-channel"), (FLOOR, FLOOR)],
+        peers: &["ipc-channel"],
+        floor: true,
     },
     Pick {
         label: "ipc: 8 MiB round trip, one CPU each (p50)",
@@ -139,54 +128,71 @@ const PICKS: &[Pick] = &[
         case: "rtt_split_8m",
         metric: "rtt_p50_ns",
         courier: "courier",
-        peers: &[("ipc-channel", "ipc-channel")],
+        peers: &["ipc-channel"],
+        floor: false,
     },
     Pick {
-        label: "chan: ring of 16 threads over `bounded(0)`",
+        label: "threads: ring of 16 over `bounded(0)`",
         suite: "ring",
         case: "ring_bounded0_16",
         metric: "msg_ns",
         courier: "courier",
-        peers: &[
-            ("crossbeam-channel", "crossbeam-channel"),
-            ("flume", "flume"),
-            ("std-mpsc", "std-mpsc"),
-            (FLOOR, FLOOR),
-        ],
+        peers: &["crossbeam-channel", "flume", "std-mpsc"],
+        floor: true,
     },
     Pick {
-        label: "chan: 4 senders, 4 receivers over `bounded(1)`",
+        label: "threads: 4 senders, 4 receivers over `bounded(1)`",
         suite: "chan",
         case: "mpmc_bounded1",
         metric: "msg_ns",
         courier: "courier",
-        peers: &[
-            ("crossbeam-channel", "crossbeam-channel"),
-            ("flume", "flume"),
-        ],
+        peers: &["crossbeam-channel", "flume"],
+        floor: false,
     },
     Pick {
-        label: "chan: one sender, one receiver over `unbounded()`",
+        label: "threads: one sender, one receiver over `unbounded()`",
         suite: "chan",
         case: "spsc_unbounded",
         metric: "msg_ns",
         courier: "courier",
-        peers: &[
-            ("crossbeam-channel", "crossbeam-channel"),
-            ("flume", "flume"),
-            ("std-mpsc", "std-mpsc"),
-        ],
+        peers: &["crossbeam-channel", "flume", "std-mpsc"],
+        floor: false,
     },
     Pick {
-        label: "chan: a receiver selecting over 4 buffered channels",
-        suite: "chan",
-        case: "select_rx_boundedN",
+        label: "fibers: a yield and back (switch)",
+        suite: "fiber",
+        case: "switch",
+        metric: "yield_rtt_ns",
+        courier: "courier",
+        peers: &["may"],
+        floor: true,
+    },
+    Pick {
+        label: "fibers: spawn and run to completion (allocate)",
+        suite: "fiber",
+        case: "allocate",
+        metric: "spawns_per_s",
+        courier: "courier",
+        peers: &["may", "corosensei"],
+        floor: false,
+    },
+    Pick {
+        label: "fibers: ring of 10,000, every fiber sending, one worker",
+        suite: "ring",
+        case: "ring_fiber_10000_w1",
         metric: "msg_ns",
         courier: "courier",
-        peers: &[
-            ("crossbeam-channel", "crossbeam-channel"),
-            ("flume", "flume"),
-        ],
+        peers: &["may"],
+        floor: false,
+    },
+    Pick {
+        label: "fibers: hello HTTP server, 256 keep-alive connections (requests/s)",
+        suite: "http",
+        case: "small_c256",
+        metric: "requests_per_s",
+        courier: "courier",
+        peers: &["may-minihttp", "tokio-hyper"],
+        floor: false,
     },
 ];
 
@@ -305,31 +311,33 @@ fn summary(out: &mut String, runs: &[SuiteRun], plot: Option<&str>) {
             continue;
         };
         let sense = Sense::of(pick.metric);
-        let mut line = format!(
-            "| {} (`{}` `{}`) | {} |",
+        let peers: Vec<String> = pick
+            .peers
+            .iter()
+            .filter_map(|p| {
+                let theirs = find(pick.suite, pick.case, pick.metric, p)?;
+                let r = sense.advantage(ours.value, theirs.value)?;
+                Some(format!("{p} {r:.2}x"))
+            })
+            .collect();
+        let floor = pick
+            .floor
+            .then(|| find(pick.suite, pick.case, pick.metric, FLOOR))
+            .flatten()
+            .and_then(|f| sense.advantage(f.value, ours.value))
+            .map_or("-".to_string(), |r| format!("at {r:.2}x"));
+        lines.push(format!(
+            "| {} (`{}` `{}`) | {} | {} | {floor} |",
             pick.label,
             pick.suite,
             pick.case,
-            human(ours.value, &ours.unit)
-        );
-        for column in COLUMNS {
-            let theirs = pick
-                .peers
-                .iter()
-                .find(|(c, _)| c == column)
-                .and_then(|(_, subject)| find(pick.suite, pick.case, pick.metric, subject));
-            let cell = match theirs {
-                Some(t) if *column == FLOOR => sense
-                    .advantage(t.value, ours.value)
-                    .map(|r| format!("at {r:.2}x")),
-                Some(t) => sense
-                    .advantage(ours.value, t.value)
-                    .map(|r| format!("{r:.2}x")),
-                None => None,
-            };
-            let _ = write!(line, " {} |", cell.as_deref().unwrap_or("-"));
-        }
-        lines.push(line);
+            human(ours.value, &ours.unit),
+            if peers.is_empty() {
+                "-".to_string()
+            } else {
+                peers.join(", ")
+            },
+        ));
     }
     if lines.is_empty() {
         return;
@@ -337,20 +345,16 @@ fn summary(out: &mut String, runs: &[SuiteRun], plot: Option<&str>) {
     let _ = writeln!(out, "## Summary\n");
     let _ = writeln!(
         out,
-        "courier's median time, and how many times courier is ahead of each peer in the \
-         same run (the peer's median time over courier's; above 1.00x courier is ahead). \
-         The `floor` column reads the other way: courier's time over the physical limit's \
-         (a bare `SOCK_SEQPACKET` send and receive, a bare socket round trip, a ring of \
-         bare futex hand-offs), 1.00x being at it. The suite sections below give every \
-         case with its spread.\n"
+        "courier's median in this run, and how many times courier is ahead of each peer \
+         measured beside it (the peer's time over courier's, or courier's rate over the \
+         peer's; below 1.00x the peer is ahead). The `floor` column reads the other way: \
+         courier's time over the physical limit's (a bare `SOCK_SEQPACKET` send and \
+         receive, a bare socket round trip, a ring of bare futex hand-offs, a bare \
+         coroutine switch), 1.00x being at it. The suite sections below give every case \
+         with its spread.\n"
     );
-    let mut head = String::from("| case | courier |");
-    let mut rule = String::from("| --- | ---: |");
-    for column in COLUMNS {
-        let _ = write!(head, " {column} |");
-        rule.push_str(" ---: |");
-    }
-    let _ = writeln!(out, "{head}\n{rule}");
+    let _ = writeln!(out, "| case | courier | courier ahead of | floor |");
+    let _ = writeln!(out, "| --- | ---: | --- | ---: |");
     for line in lines {
         let _ = writeln!(out, "{line}");
     }
@@ -395,13 +399,23 @@ fn section(out: &mut String, run: &SuiteRun, prov: &Provenance, plot: Option<&st
     }
 }
 
-/// Is `row` a rate whose case also has a time (its inverse, or near enough)?
+/// Rates that only restate a time of the same case and subject (its inverse,
+/// or the case's bytes over it): `(rate, time)`.
+pub const INVERSES: &[(&str, &str)] = &[
+    ("msgs_per_s", "msg_ns"),
+    ("sends_per_s", "send_ns"),
+    ("bytes_per_s", "copy_ns"),
+];
+
+/// Is `row` a rate whose time the same case and subject also report?
 fn redundant(report: &Report, row: &Row) -> bool {
-    Sense::of(&row.metric) == Sense::HigherIsBetter
-        && report
-            .rows
-            .iter()
-            .any(|r| r.case == row.case && r.subject == row.subject && r.metric.ends_with("_ns"))
+    INVERSES.iter().any(|(rate, time)| {
+        row.metric == *rate
+            && report
+                .rows
+                .iter()
+                .any(|r| r.case == row.case && r.subject == row.subject && r.metric == *time)
+    })
 }
 
 /// The suite as one table: a row per case and metric, a column per subject.
@@ -682,13 +696,19 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_without_a_time_stays() {
+    fn a_rate_that_is_not_an_inverse_stays() {
         let report = Report {
             suite: "x".into(),
-            rows: vec![row("c", "courier", "bytes_per_s", "B/s", 1e9)],
+            rows: vec![
+                row("c", "courier", "bytes_per_s", "B/s", 1e9),
+                row("d", "courier", "requests_per_s", "req/s", 30_000.0),
+                row("d", "courier", "p50_ns", "ns", 1e6),
+            ],
             notes: vec![],
         };
-        assert!(wide_table(&report).contains("bytes_per_s"));
+        let table = wide_table(&report);
+        assert!(table.contains("bytes_per_s"), "{table}");
+        assert!(table.contains("requests_per_s"), "{table}");
     }
 
     #[test]
@@ -713,12 +733,12 @@ mod tests {
         // The summary's ring row: courier 4 µs, flume 1.5x behind, floor at 0.80x.
         let summary = text
             .lines()
-            .find(|l| l.contains("`ring_bounded0_16`") && l.starts_with("| chan:"))
+            .find(|l| l.contains("`ring_bounded0_16`") && l.starts_with("| threads:"))
             .expect("summary row");
         assert_eq!(
             summary,
-            "| chan: ring of 16 threads over `bounded(0)` (`ring` `ring_bounded0_16`) \
-             | 4.00 µs | - | - | 1.50x | - | at 0.80x |"
+            "| threads: ring of 16 over `bounded(0)` (`ring` `ring_bounded0_16`) \
+             | 4.00 µs | flume 1.50x | at 0.80x |"
         );
     }
 
