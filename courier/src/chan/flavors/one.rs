@@ -188,8 +188,11 @@ impl<T> Channel<T> {
             .msg
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
         // SYNC POINT: SENDING -> FULL publishes the message, keeping a disconnect mark set
-        // meanwhile. Partner: the Acquire load of `reserve_recv`.
-        self.slot.state.fetch_xor(DONE, Ordering::Release);
+        // meanwhile. Partner: the Acquire load of `reserve_recv`. (`SeqCst`, though `Release`
+        // suffices by the C++20 model: Miri's weak-memory emulation mishandles a location
+        // reached by `SeqCst` and weaker accesses alike, rust-lang/miri#5104, and reported a
+        // deadlock in `tests/chan.rs` with `Release`; on x86 both are one `lock xor`.)
+        self.slot.state.fetch_xor(DONE, Ordering::SeqCst);
         self.receivers.notify();
         Ok(())
     }
@@ -239,8 +242,9 @@ impl<T> Channel<T> {
         // initialised message, moved out once.
         let msg = self.slot.msg.with(|p| unsafe { p.read().assume_init() });
         // SYNC POINT: RECEIVING -> EMPTY frees the slot, keeping a disconnect mark set
-        // meanwhile. Partner: the Acquire load of `reserve_send`.
-        self.slot.state.fetch_xor(DONE, Ordering::Release);
+        // meanwhile. Partner: the Acquire load of `reserve_send`. (`SeqCst`: see `write_reserved`'s
+        // completion above.)
+        self.slot.state.fetch_xor(DONE, Ordering::SeqCst);
         self.senders.notify_with(|entry| self.hand_off(entry));
         Ok(msg)
     }
