@@ -49,8 +49,9 @@
 //! LIFO free list, still warm; and the free stacks past a high-water mark
 //! (4,096) are unmapped, memory and map entries both. A stack overflow hits
 //! the guard page and is reported as `fiber <name> overflowed its <N> KiB
-//! stack` before the process aborts. Each stack costs two entries of the kernel's `vm.max_map_count`
-//! (65,530 by default): about 32,000 fibers fit at the default; a spawn past
+//! stack` before the process aborts. Each stack costs two entries of the
+//! kernel's `vm.max_map_count` (65,530 by default): about 32,000 fibers fit
+//! at the default; a spawn past
 //! it fails with an error that says so, and a million fibers need
 //! `sysctl -w vm.max_map_count=2100000`.
 

@@ -125,8 +125,9 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// channel, both lines moved together, alternating in one process, plain
 /// path vs iovec path: 6 KiB 1.29 vs 1.43 µs, 7 KiB 1.33 vs 1.49 µs, 8 KiB
 /// 1.57 vs 1.52 µs, 12 KiB 2.65 vs 1.96 µs (`courier-bench ipc --case
-/// sendrecv_`, bytes, on the Intel guest of the time). The line is not a round 4 KiB so that a page of payload plus its
-/// framing (a typed message with a 4 KiB `serde_bytes` field is 4,098
+/// sendrecv_`, bytes, on an Intel Xeon guest). The line is not a round 4 KiB
+/// so that a page of payload plus its framing (a typed message with a 4 KiB
+/// `serde_bytes` field is 4,098
 /// bytes) stays on the cheap path: at 4,096 it paid 1.2x. [`send_small`]'s
 /// stack buffer is this size plus the header, which a task's stack (a
 /// fiber's, too) must allow for.
