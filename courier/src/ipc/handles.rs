@@ -48,8 +48,10 @@ use super::bytes_seq;
 use super::config::Config;
 use super::err::SerDeError;
 use super::err::WireError;
-use super::platform::{Backlog, OsReceiver, SharedRegion};
+use super::platform::socket;
+use super::shm::SharedRegion;
 use super::split::{self, Layout, Parts};
+use super::transport::{Backlog, OsReceiver};
 
 thread_local! {
     /// What the channel ends in the message being serialized hand over.
@@ -84,7 +86,7 @@ struct Outgoing {
 type SocketId = (u64, u64);
 
 fn socket_id(fd: BorrowedFd<'_>) -> Option<SocketId> {
-    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+    socket::identity(fd)
 }
 
 impl Outgoing {
@@ -509,21 +511,7 @@ pub(crate) fn serialize_receiver<S: Serializer>(
 /// end of the stream. (A socket whose peer is gone is still connected, and
 /// reads as disconnected, as it should.)
 pub(crate) fn check_channel_end(fd: BorrowedFd<'_>) -> Result<(), WireError> {
-    use rustix::net::{sockopt, AddressFamily, SocketType};
-    if sockopt::socket_type(fd) != Ok(SocketType::SEQPACKET) {
-        return Err(WireError::BadDescriptor(
-            "a channel end is not a SOCK_SEQPACKET socket",
-        ));
-    }
-    match rustix::net::getpeername(fd) {
-        Ok(Some(peer)) if peer.address_family() == AddressFamily::UNIX => Ok(()),
-        Ok(_) => Err(WireError::BadDescriptor(
-            "a channel end is not a Unix socket",
-        )),
-        Err(_) => Err(WireError::BadDescriptor(
-            "a channel end is not connected (a listening or unconnected socket)",
-        )),
-    }
+    socket::check_channel_end(fd).map_err(WireError::BadDescriptor)
 }
 
 /// Reads a receiving end written by [`serialize_receiver`].

@@ -82,8 +82,10 @@ pub mod fuzz;
 mod handles;
 mod platform;
 mod select;
+mod shm;
 mod shmem;
 mod split;
+mod transport;
 mod wire;
 
 use std::cell::Cell;
@@ -99,10 +101,10 @@ pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
-use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
+use self::transport::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::wire::MAX_FDS;
 
 /// Creates a typed channel.
@@ -110,13 +112,13 @@ pub fn channel<T>() -> Result<(IpcSender<T>, IpcReceiver<T>), io::Error>
 where
     T: for<'de> Deserialize<'de> + Serialize,
 {
-    let (tx, rx) = platform::channel()?;
+    let (tx, rx) = transport::channel()?;
     Ok((IpcSender::from_os(tx), IpcReceiver::from_os(rx)))
 }
 
 /// Creates a channel of raw bytes (no serde on either side).
 pub fn bytes_channel() -> Result<(IpcBytesSender, IpcBytesReceiver), io::Error> {
-    let (tx, rx) = platform::channel()?;
+    let (tx, rx) = transport::channel()?;
     Ok((IpcBytesSender { os: tx }, IpcBytesReceiver::from_os(rx)))
 }
 
@@ -203,7 +205,7 @@ where
     /// Connects to the [`IpcOneShotServer`] named `name`. A failure names
     /// the server it could not reach (its path).
     pub fn connect(name: String) -> Result<IpcSender<T>, io::Error> {
-        match platform::connect(&name) {
+        match transport::connect(&name) {
             Ok(os) => Ok(IpcSender::from_os(os)),
             Err(e) => Err(io::Error::new(
                 e.kind(),

@@ -65,7 +65,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::err::TrySelectError;
-use super::platform::{OsReceiver, Poller, RecvError, Wait};
+use super::platform::Poller;
+use super::transport::{OsReceiver, RecvError, Wait};
 use super::{Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver};
 
 /// Messages one select takes from one channel at most; a channel with more

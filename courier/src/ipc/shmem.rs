@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::handles::{self, Descriptor};
-use super::platform::SharedRegion;
+use super::shm::SharedRegion;
 
 /// A region of shared memory that can be sent inside messages; every
 /// process it reaches maps the same bytes. It dereferences to `[u8]`.
@@ -155,7 +155,7 @@ impl IpcSharedMemory {
     /// case they come back (see the module docs): their memory, unless
     /// another process still holds them, and their descriptors.
     pub fn unmap_dropped() {
-        super::platform::unpark_all();
+        super::shm::unpark_all();
     }
 
     /// The bytes, copied into a vector (the region stays with whoever else

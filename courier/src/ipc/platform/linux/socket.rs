@@ -15,19 +15,23 @@
 //! - [`cmsg(3)`](https://man7.org/linux/man-pages/man3/cmsg.3.html)
 #![allow(unsafe_code)]
 
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Instant;
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{
     self, AddressFamily, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
-    SocketFlags, SocketType,
+    SocketAddrUnix, SocketFlags, SocketType,
 };
 
+use super::super::{Packet, FDS_PER_PACKET as MAX_FDS, SMALL_HEAD as HEADER_MAX};
 use crate::buf::RawIoVec;
-use crate::ipc::wire::{HEADER_LEN, MAX_FDS};
+use crate::fiber::Interest;
 
 /// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)`.
 pub(crate) fn pair() -> Result<(OwnedFd, OwnedFd), Errno> {
@@ -82,17 +86,17 @@ pub(crate) fn send(
 }
 
 /// `send(fd, header ++ parts, MSG_NOSIGNAL)` through one stack buffer of at
-/// most `HEADER_LEN + SMALL_MAX` bytes, retried on `EINTR`.
+/// most `HEADER_MAX + SMALL_MAX` bytes, retried on `EINTR`.
 pub(crate) fn send_small(
     fd: BorrowedFd<'_>,
-    header: &[u8; HEADER_LEN],
+    header: &[u8],
     parts: &[IoSlice<'_>],
     total: usize,
 ) -> Result<usize, Errno> {
-    assert!(total <= SMALL_MAX);
+    assert!(total <= SMALL_MAX && header.len() <= HEADER_MAX);
     // Not zero-filled: only the `len` bytes written below are ever read.
-    let mut buf = [MaybeUninit::<u8>::uninit(); HEADER_LEN + SMALL_MAX];
-    let len = HEADER_LEN + total;
+    let mut buf = [MaybeUninit::<u8>::uninit(); HEADER_MAX + SMALL_MAX];
+    let len = header.len() + total;
     let mut at = 0;
     for part in std::iter::once(&header[..]).chain(parts.iter().map(|p| &**p)) {
         buf[at..at + part.len()].copy_from_slice(as_uninit(part));
@@ -133,19 +137,6 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// fiber's, too) must allow for.
 pub(crate) const SMALL_MAX: usize = 7 * 1024;
 
-/// What one `recvmsg` delivered.
-pub(crate) struct Packet {
-    /// Bytes written into the iovec, in order.
-    pub len: usize,
-    /// Descriptors that came with the packet, already owned: dropping the
-    /// packet closes them.
-    pub fds: Vec<OwnedFd>,
-    /// The packet was longer than the iovec (`MSG_TRUNC`); the rest is lost.
-    pub truncated: bool,
-    /// Descriptors were dropped by the kernel for lack of room (`MSG_CTRUNC`).
-    pub control_truncated: bool,
-}
-
 /// Control buffer for up to `MAX_FDS` descriptors, aligned for `cmsghdr`.
 #[repr(C, align(8))]
 struct ControlBuf([MaybeUninit<u8>; CONTROL_LEN]);
@@ -181,15 +172,20 @@ pub(crate) fn recv_whole(
 
 /// `recv(fd, buf, MSG_PEEK | MSG_DONTWAIT)`, retried on `EINTR`: copies the
 /// start of the next packet into `buf` and leaves the packet queued. Returns
-/// how many bytes were copied.
-pub(crate) fn peek(fd: BorrowedFd<'_>, buf: &mut [MaybeUninit<u8>]) -> Result<usize, Errno> {
-    loop {
+/// the bytes copied.
+pub(crate) fn peek<'b>(
+    fd: BorrowedFd<'_>,
+    buf: &'b mut [MaybeUninit<u8>],
+) -> Result<&'b [u8], Errno> {
+    let copied = loop {
         match net::recv(fd, &mut *buf, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-            Ok(((copied, _), _)) => return Ok(copied.len()),
+            Ok(((copied, _), _)) => break copied.len(),
             Err(Errno::INTR) => continue,
             Err(e) => return Err(e),
         }
-    }
+    };
+    // SAFETY: `recv` initialised the first `copied` bytes of `buf`.
+    Ok(unsafe { assume_init(&buf[..copied]) })
 }
 
 /// The bytes of `buf`, which the caller knows to be initialised.
@@ -214,7 +210,7 @@ pub(crate) fn recv(
     iov: &mut [RawIoVec<'_>],
     control: bool,
     dontwait: bool,
-) -> Result<Packet, Errno> {
+) -> Result<Packet<OwnedFd>, Errno> {
     let mut control_buf = ControlBuf([MaybeUninit::uninit(); CONTROL_LEN]);
     let flags = libc::MSG_CMSG_CLOEXEC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
     loop {
@@ -274,4 +270,178 @@ fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
         cmsg = unsafe { libc::CMSG_NXTHDR(msg, cmsg) };
     }
     fds
+}
+
+/// Waits until `fd` is readable (or hung up), or `deadline` passes: `true`
+/// if it is, `false` if the deadline came first. A fiber parks on its
+/// worker's reactor; a thread waits in `poll(2)`, retried on `EINTR`.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, deadline: Instant) -> io::Result<bool> {
+    if crate::fiber::in_fiber() {
+        return crate::fiber::wait_fd(fd, Interest::Read, Some(deadline));
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec::try_from(left).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `poll(fd, 0, timeout 0)`: whether the peer is gone (`POLLHUP`, which a
+/// socket whose peer is closed always reports); `false` if `poll` fails.
+pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(&fd, PollFlags::empty())];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::HUP)
+}
+
+/// `poll(fd, POLLIN | POLLRDHUP, timeout 0)`: whether the peer has stopped
+/// writing (`POLLHUP` or `POLLRDHUP`); `true` if `poll` fails.
+pub(crate) fn read_hung_up(fd: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN | PollFlags::RDHUP)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&now)) {
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::RDHUP),
+        Err(_) => true,
+    }
+}
+
+/// `ioctl(fd, FIONREAD)`: on a `SOCK_SEQPACKET` socket, the bytes of every
+/// queued packet, not only the next one's.
+pub(crate) fn queued(fd: BorrowedFd<'_>) -> Result<usize, Errno> {
+    rustix::io::ioctl_fionread(fd).map(|n| n as usize)
+}
+
+/// Checks that a descriptor can be a channel end: a `SOCK_SEQPACKET` Unix
+/// socket connected to a peer (`getsockopt(SO_TYPE)`, `getpeername`). The
+/// error says what it is instead.
+pub(crate) fn check_channel_end(fd: BorrowedFd<'_>) -> Result<(), &'static str> {
+    if net::sockopt::socket_type(fd) != Ok(SocketType::SEQPACKET) {
+        return Err("a channel end is not a SOCK_SEQPACKET socket");
+    }
+    match net::getpeername(fd) {
+        Ok(Some(peer)) if peer.address_family() == AddressFamily::UNIX => Ok(()),
+        Ok(_) => Err("a channel end is not a Unix socket"),
+        Err(_) => Err("a channel end is not connected (a listening or unconnected socket)"),
+    }
+}
+
+/// Which socket `fd` is (`fstat`'s `st_dev`, `st_ino`): the same for every
+/// duplicate of one descriptor.
+pub(crate) fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+// ===== One-shot server =====
+
+/// A listening `SOCK_SEQPACKET` socket at a path in a fresh private (0700)
+/// directory; the name handed to the client is that path.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    listener: OwnedFd,
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Listener {
+    /// `socket`, `bind` and `listen(1)` at a fresh path; the path is the name.
+    pub(crate) fn new() -> io::Result<(Self, String)> {
+        use std::hash::{BuildHasher, Hasher};
+        use std::os::unix::fs::DirBuilderExt;
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_u32(std::process::id());
+        let dir = std::env::temp_dir().join(format!("courier-{:016x}", random.finish()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = dir.join("socket");
+        let listener = Self::listen(&path).inspect_err(|_| {
+            // `bind` may have made the socket file before `listen` failed.
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_dir(&dir);
+        })?;
+        // From here on, dropping the listener removes the file and directory.
+        let server = Listener {
+            listener,
+            dir,
+            path,
+        };
+        let name = server
+            .path
+            .to_str()
+            .map(str::to_owned)
+            .ok_or(io::ErrorKind::InvalidFilename)?;
+        Ok((server, name))
+    }
+
+    fn listen(path: &Path) -> io::Result<OwnedFd> {
+        let fd = net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        net::bind(&fd, &SocketAddrUnix::new(path)?)?;
+        net::listen(&fd, 1)?;
+        Ok(fd)
+    }
+
+    /// Accepts the client's connection, waiting until `deadline` at most
+    /// (`None`: no limit); `Ok(None)` if the deadline came first. A fiber
+    /// waits on its reactor, never in `accept(2)`.
+    pub(crate) fn accept(&self, deadline: Option<Instant>) -> io::Result<Option<OwnedFd>> {
+        let fd = self.listener.as_fd();
+        match deadline {
+            Some(deadline) => {
+                if !wait_readable(fd, deadline)? {
+                    return Ok(None);
+                }
+            }
+            None if crate::fiber::in_fiber() => {
+                let hour = std::time::Duration::from_secs(3600);
+                while let Ok(false) = wait_readable(fd, Instant::now() + hour) {}
+            }
+            None => {}
+        }
+        loop {
+            match net::accept_with(&self.listener, SocketFlags::CLOEXEC) {
+                Ok(fd) => return Ok(Some(fd)),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `socket` and `connect` to the listener named `name`.
+pub(crate) fn connect(name: &str) -> io::Result<OwnedFd> {
+    let fd = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    net::connect(&fd, &SocketAddrUnix::new(name)?)?;
+    Ok(fd)
 }

@@ -138,7 +138,7 @@ use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
 use crate::ipc::wire::SKEW_ALIGN;
 
-use super::Split;
+use crate::ipc::transport::Split;
 
 /// Bytes before the payload: the state word, the mapped length and the
 /// stream's two words, padded to a cache line.
@@ -666,7 +666,7 @@ impl Pool {
     /// The regions, once a fork since they were made has been dealt with.
     fn lock(&self) -> std::sync::MutexGuard<'_, Regions> {
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        let forks = super::forks();
+        let forks = crate::ipc::transport::tag::forks();
         if regions.forks != forks {
             regions.list.clear();
             regions.sent.clear();

@@ -1,0 +1,280 @@
+//! The sending end, and the route each message takes.
+//!
+//! # Routes (ipc-channel PR #68's techniques, and beyond)
+//! * A message that fits one packet (header + payload ≤ [`socket::max_packet`])
+//!   is **one `sendmsg`** whose iovec gathers the header and the caller's
+//!   slices: no staging copy. Below [`SMALL`] bytes the header and payload
+//!   are instead copied into one stack buffer and sent with `send(2)`: the
+//!   kernel's iovec path costs more than copying that much.
+//! * Descriptors never ride on a data packet: they follow it in a tagged
+//!   descriptor packet (`sendmsg` with `SCM_RIGHTS`), so no control message
+//!   is built for the messages that carry none, and the receiver's data path
+//!   needs no control buffer.
+//! * A message too large for one packet is, by default
+//!   ([`LargeMessages::SharedMemory`]), copied once into a pooled, sealed
+//!   memfd region and the region's descriptor is sent ([`shm`]); from
+//!   [`shm::STREAM_MIN`] up, the header goes first and the receiver copies
+//!   the payload out while it is written (`shm`'s streaming). Once the
+//!   receiver holds a region, a message in it is a bare header naming the
+//!   region ([`Body::Kept`]): no descriptor, and no kernel copy of the
+//!   payload. From [`SMALL`] bytes up to one packet, a message goes that way
+//!   too when a held region is free (two `memcpy`s beat the kernel's copy
+//!   through the socket buffer there), and by socket otherwise. A sender
+//!   whose regions in flight (sent, not yet copied out) reach
+//!   [`Config::max_region_bytes_in_flight`] fragments its large messages
+//!   instead, which waits for the receiver: back-pressure.
+//! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
+//!   failed first try: the first packet carries the header (announcing the
+//!   total) and the first part; the rest follows over a socketpair created
+//!   for this message alone, whose receiving end travels in the descriptor
+//!   packet. Fragments of concurrent senders therefore never interleave
+//!   (ipc-channel's earlier design re-queued fragments on the shared socket
+//!   and deadlocked, servo/ipc-channel#34). Fragment payloads are multiples
+//!   of 8 bytes. `ENOBUFS` (the kernel could not allocate a packet that
+//!   large) halves the packet size and retries, down to 2 KiB, and so does
+//!   `EMSGSIZE`: packets are sized for this process's default send buffer
+//!   ([`socket::max_packet`]), and an end made from a descriptor may have a
+//!   smaller one.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use rustix::io::Errno;
+
+use super::tag::random_tag;
+use super::SendError;
+use crate::buf::IoIter;
+use crate::ipc::config::{Config, LargeMessages};
+use crate::ipc::platform::socket;
+use crate::ipc::shm::{self, Pool, Route, Take};
+use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
+
+/// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
+pub(super) const IOV_MAX: usize = 1024;
+/// Messages up to this size without descriptors are copied behind the
+/// header into one stack buffer and sent with `send(2)`: a gather costs the
+/// kernel's `msghdr` path (copying in and checking the iovec array, about
+/// 100 ns here), more than copying this many bytes.
+const SMALL: usize = socket::SMALL_MAX;
+/// Gathers of fewer parts than this build their iovec on the stack.
+const STACK_IOV: usize = 8;
+
+/// Why an inline send failed, and whether anything went out.
+enum Inline {
+    /// The data packet was too large for the kernel to allocate, or for the
+    /// socket's send buffer; nothing was sent.
+    DataNoBufs,
+    /// The data packet failed; nothing was sent.
+    Data(Errno),
+    /// The data packet went out, its descriptor packet failed.
+    Fds(Errno),
+}
+
+// ===== OsSender =====
+
+/// The sending end of a channel. Clones share the socket: each message is
+/// one packet (or one first packet), which the kernel delivers atomically,
+/// so clones on different threads never interleave.
+#[derive(Clone, Debug)]
+pub(crate) struct OsSender {
+    inner: Arc<SenderInner>,
+}
+
+#[derive(Debug)]
+pub(super) struct SenderInner {
+    pub(super) fd: OwnedFd,
+    /// Regions for this destination's large payloads. A region is only ever
+    /// reused for the receiver it was sent to, so a receiver that keeps one
+    /// and marks it free early can see or spoil only its own messages.
+    pub(super) pool: Pool,
+}
+
+impl OsSender {
+    pub(crate) fn from_fd(fd: OwnedFd) -> Self {
+        OsSender {
+            inner: Arc::new(SenderInner {
+                fd,
+                pool: Pool::default(),
+            }),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.inner.fd.as_fd()
+    }
+
+    /// Sends `parts` (gathered, in order) with `channels` attached.
+    pub(crate) fn send(
+        &self,
+        parts: &[IoSlice<'_>],
+        channels: &[BorrowedFd<'_>],
+    ) -> Result<(), SendError> {
+        if channels.len() >= MAX_FDS {
+            return Err(SendError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a message carries at most {} channels", MAX_FDS - 1),
+            )));
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
+        let regions = Config::large_messages_now() == LargeMessages::SharedMemory;
+        if total <= inline_max && parts.len() < IOV_MAX {
+            // Past the stack packet, a region the receiver holds beats the
+            // kernel's copy (two `memcpy`s and a header-sized packet): use
+            // one if there is one, but pass no descriptor for these sizes.
+            if regions && total > SMALL && channels.is_empty() {
+                if let Some(sent) = self.send_region(parts, total, channels, Take::Kept) {
+                    return sent;
+                }
+            }
+            match self.send_inline(parts, total, channels) {
+                Err(Inline::DataNoBufs) => {}
+                Err(Inline::Data(e) | Inline::Fds(e)) => return Err(e.into()),
+                Ok(()) => return Ok(()),
+            }
+            // The kernel could not allocate one packet this large (and sent
+            // nothing): fragment, in smaller packets.
+            return self.send_fragmented(parts, total, channels, inline_max / 2);
+        }
+        if regions {
+            if let Some(sent) = self.send_region(parts, total, channels, Take::Any) {
+                return sent;
+            }
+        }
+        self.send_fragmented(parts, total, channels, socket::max_packet())
+    }
+
+    fn send_inline(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+    ) -> Result<(), Inline> {
+        let tag = if channels.is_empty() { 0 } else { random_tag() };
+        let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
+        let sent = if total <= SMALL {
+            socket::send_small(self.fd(), &header, parts, total)
+        } else if parts.len() < STACK_IOV {
+            // Small gathers, the common case, stay on the stack.
+            let mut iov = [IoSlice::new(&[]); STACK_IOV];
+            iov[0] = IoSlice::new(&header);
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            socket::send(self.fd(), &iov[..=n], &[])
+        } else {
+            // At most `IOV_MAX` parts reach here (`send` checks).
+            let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
+            iov[0] = IoSlice::new(&header);
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            socket::send(self.fd(), &iov[..=n], &[])
+        };
+        match sent {
+            Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
+            Err(Errno::NOBUFS | Errno::MSGSIZE) => Err(Inline::DataNoBufs),
+            Err(e) => Err(Inline::Data(e)),
+        }
+    }
+
+    /// Sends the descriptor packet of the message tagged `tag`: `channels`,
+    /// then `carrier`. Nothing to send without descriptors.
+    #[inline]
+    pub(super) fn send_fds(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        tag: u64,
+    ) -> Result<(), Errno> {
+        if channels.is_empty() && carrier.is_none() {
+            return Ok(());
+        }
+        self.send_fd_packet(channels, carrier, tag)
+    }
+
+    #[cold]
+    fn send_fd_packet(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        tag: u64,
+    ) -> Result<(), Errno> {
+        // On the stack: `send` checked `channels.len() < MAX_FDS`. The rest
+        // of the array holds our own socket as a filler and is never sent.
+        let mut fds = [self.fd(); MAX_FDS];
+        fds[..channels.len()].copy_from_slice(channels);
+        let mut count = channels.len();
+        if let Some(carrier) = carrier {
+            fds[count] = carrier;
+            count += 1;
+        }
+        let packet = FdPacket { count, tag }.encode();
+        socket::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
+    }
+
+    /// Sends the payload in a region of the pool, one that `take` allows:
+    /// named, if the receiver holds it and there are no channels, else by
+    /// its descriptor. `None` if `take` allowed no region.
+    fn send_region(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+        take: Take,
+    ) -> Option<Result<(), SendError>> {
+        let pool = &self.inner.pool;
+        let (mut region, route, skew) = match pool.take(parts, total, take) {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e.into())),
+        };
+        // A large payload is announced first and written after, while the
+        // receiver copies it out (`shm`'s streaming).
+        let streamed = total >= shm::STREAM_MIN;
+        match streamed {
+            true => region.open_stream(),
+            false => region.fill(parts, skew, total, false),
+        }
+        let sent = match route {
+            Route::Kept(token) if channels.is_empty() => {
+                let header = Header::new(Body::Kept, total, 0, token)
+                    .in_region(skew, streamed)
+                    .encode();
+                let sent = socket::send_small(self.fd(), &header, &[], 0);
+                if sent.is_err() {
+                    region.unclaim();
+                }
+                sent.map(drop)
+            }
+            // Held, but channels need a descriptor packet anyway: sending
+            // the region's descriptor too makes this tag its new token.
+            Route::Kept(_) | Route::Descriptor => {
+                if matches!(route, Route::Kept(_)) {
+                    region.unhold();
+                }
+                let tag = random_tag();
+                region.set_token(tag);
+                let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
+                    .in_region(skew, streamed)
+                    .encode();
+                socket::send(self.fd(), &[IoSlice::new(&header)], &[])
+                    .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
+            }
+        };
+        match &sent {
+            Ok(()) if streamed => region.fill(parts, skew, total, true),
+            Ok(()) => {}
+            Err(e) => {
+                // The descriptor never reached the receiver, or the kept
+                // message was unclaimed above: the region is not in flight.
+                if route == Route::Descriptor || !channels.is_empty() {
+                    region.abandon(Route::Descriptor);
+                }
+                if matches!(*e, Errno::PIPE | Errno::CONNRESET) {
+                    // The receiver is gone: nothing in flight will be read.
+                    pool.forget_sent();
+                }
+            }
+        }
+        pool.put(region);
+        Some(sent.map_err(SendError::from))
+    }
+}
