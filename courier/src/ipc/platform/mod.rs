@@ -4,7 +4,7 @@
 pub(crate) mod linux;
 
 pub(crate) use linux::poller::Poller;
-pub(crate) use linux::{random, socket};
+pub(crate) use linux::{futex, memfd, random, socket};
 
 /// The most descriptors one packet carries (the receiver's control buffer
 /// is sized for that many).
