@@ -48,7 +48,7 @@ use super::bytes_seq;
 use super::config::Config;
 use super::err::SerDeError;
 use super::err::WireError;
-use super::platform::socket;
+use super::platform::{Os, Transport};
 use super::shm::SharedRegion;
 use super::split::{self, Layout, Parts};
 use super::transport::{Backlog, OsReceiver};
@@ -86,7 +86,7 @@ struct Outgoing {
 type SocketId = (u64, u64);
 
 fn socket_id(fd: BorrowedFd<'_>) -> Option<SocketId> {
-    socket::identity(fd)
+    Os::identity(fd)
 }
 
 impl Outgoing {
@@ -511,7 +511,7 @@ pub(crate) fn serialize_receiver<S: Serializer>(
 /// end of the stream. (A socket whose peer is gone is still connected, and
 /// reads as disconnected, as it should.)
 pub(crate) fn check_channel_end(fd: BorrowedFd<'_>) -> Result<(), WireError> {
-    socket::check_channel_end(fd).map_err(WireError::BadDescriptor)
+    Os::check_channel_end(fd).map_err(WireError::BadDescriptor)
 }
 
 /// Reads a receiving end written by [`serialize_receiver`].

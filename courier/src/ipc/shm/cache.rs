@@ -200,11 +200,11 @@ impl MapCache {
         // seals could be stale, and mapping past the end raises `SIGBUS`).
         // Asking for seals also fails at once for anything but shared memory,
         // before `fstat` could wait on, say, a FUSE daemon.
-        if !memfd::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
+        if !Os::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
             return Err(WireError::BadRegion);
         }
         // Which region (`st_dev`, `st_ino`), and its size.
-        let (size, key) = memfd::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let (size, key) = Os::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < extent {
             return Err(WireError::BadRegion);
@@ -229,7 +229,7 @@ impl MapCache {
         }
         not_hugetlbfs(fd.as_fd())?;
         let len = if size <= MAP_WHOLE { size } else { need };
-        let map = Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        let map = Os::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
         if self.entries.len() >= CACHED_MAPPINGS {
             // Let go of the least recently used region no message names.
             match self.entries.iter().position(Held::releasable) {
@@ -409,9 +409,9 @@ impl MapCache {
     /// (its receiver's size limit less what came before).
     pub(crate) fn hold(&mut self, region: KeptRegion, budget: &mut u64) -> Result<bool, WireError> {
         // Seals before size, as in `copy_out`.
-        let sealed = memfd::sealed(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let sealed = Os::sealed(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
         not_hugetlbfs(region.fd.as_fd())?;
-        let (size, key) = memfd::stat(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let (size, key) = Os::stat(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
         let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
         let sane = sealed && region.len <= size && len > REGION_HEADER;
         if !sane {
@@ -431,7 +431,7 @@ impl MapCache {
         let Some(counted) = Counted::held(len) else {
             return Ok(false);
         };
-        let map = Mapping::map(region.fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        let map = Os::map(region.fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
         self.entries.push(Held {
             key,
             token: region.token,
@@ -449,12 +449,12 @@ impl MapCache {
 /// whatever a peer sent) is left alone, as is a region not marked busy.
 pub(crate) fn release_refused(fd: BorrowedFd<'_>) {
     // Seals before size, as in `MapCache::copy_out`.
-    let sealed = memfd::sealed(fd).is_ok_and(|sealed| sealed);
+    let sealed = Os::sealed(fd).is_ok_and(|sealed| sealed);
     if !sealed || not_hugetlbfs(fd).is_err() {
         return;
     }
-    let long_enough = memfd::stat(fd).is_ok_and(|(size, _)| size >= PAGE as u64);
-    if let (true, Ok(map)) = (long_enough, Mapping::map(fd, PAGE)) {
+    let long_enough = Os::stat(fd).is_ok_and(|(size, _)| size >= PAGE as u64);
+    if let (true, Ok(map)) = (long_enough, Os::map(fd, PAGE)) {
         // SYNC POINT: sender's `Acquire` in `Region::claim` (nothing of the
         // payload was read).
         let _ = (map.state()).compare_exchange(BUSY, FREE, Ordering::Release, Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::*;
-use crate::ipc::platform::futex;
+use crate::ipc::platform::{Memory, Os};
 use crate::ipc::transport::Split;
 
 /// Where a message's payload lies in its region, and how it is written.
@@ -91,7 +91,7 @@ impl Mapping {
                 return Err(WireError::Truncated);
             }
             let now = Instant::now();
-            let until = *spin_until.get_or_insert_with(|| match stream.spin && futex::smp() {
+            let until = *spin_until.get_or_insert_with(|| match stream.spin && Os::smp() {
                 true => now + STREAM_SPIN,
                 false => now,
             });
@@ -124,7 +124,7 @@ impl Mapping {
                 );
                 continue;
             }
-            futex::wait(self.seq(), seq, nap);
+            Os::futex_wait(self.seq(), seq, nap);
         }
     }
 }

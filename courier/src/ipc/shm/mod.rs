@@ -135,7 +135,7 @@ pub(crate) use self::copy::{Span, Stream};
 pub(crate) use self::pool::{Pool, Route, Take};
 pub(crate) use self::shared::{unpark_all, SharedRegion};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::memfd::{self, Mapping};
+use crate::ipc::platform::{Mapping, Memory, Os, RegionMap};
 use std::os::fd::BorrowedFd;
 
 /// Bytes before the payload: the state word, the mapped length and the
@@ -312,7 +312,7 @@ impl Mapping {
 /// seals, so a sealed region that passes is shared memory, where a punched
 /// hole reads back as zeros.
 fn not_hugetlbfs(fd: BorrowedFd<'_>) -> Result<(), WireError> {
-    match memfd::on_hugetlbfs(fd) {
+    match Os::on_hugetlbfs(fd) {
         Ok(false) => Ok(()),
         _ => Err(WireError::BadRegion),
     }

@@ -11,7 +11,7 @@ use rustix::io::Errno;
 
 use super::*;
 use crate::ipc::config::Config;
-use crate::ipc::platform::futex;
+use crate::ipc::platform::{Memory, Os};
 use crate::ipc::wire::SKEW_ALIGN;
 
 /// A region owned by the sender.
@@ -46,11 +46,11 @@ impl Region {
         let len = (payload + REGION_HEADER)
             .max(MIN_REGION)
             .next_power_of_two();
-        let fd = memfd::create("courier-payload", len)?;
+        let fd = Os::create_region("courier-payload", len)?;
         let backed = REGION_HEADER + payload;
-        memfd::allocate(fd.as_fd(), backed)?;
-        memfd::seal(fd.as_fd())?;
-        let map = Mapping::map(fd.as_fd(), len)?;
+        Os::allocate(fd.as_fd(), backed)?;
+        Os::seal(fd.as_fd())?;
+        let map = Os::map(fd.as_fd(), len)?;
         // Claimed from the start (sent by descriptor).
         map.state().store(BUSY, Ordering::Relaxed);
         Ok(Region {
@@ -68,7 +68,7 @@ impl Region {
     /// after that).
     fn back(&mut self, len: usize) -> Result<(), Errno> {
         if len > self.backed {
-            memfd::allocate(self.fd.as_fd(), len)?;
+            Os::allocate(self.fd.as_fd(), len)?;
             self.backed = len;
         }
         Ok(())
@@ -207,7 +207,7 @@ impl Region {
         // SYNC POINT: the receiver's `Acquire` in `Mapping::wait_filled`.
         self.map.filled().store(filled as u64, Ordering::Release);
         self.map.seq().fetch_add(1, Ordering::Release);
-        futex::wake(self.map.seq(), 1);
+        Os::futex_wake(self.map.seq(), 1);
     }
 }
 

@@ -72,7 +72,7 @@ impl SharedRegion {
     /// a fresh memfd reads as zeros, and pages are allocated as they are
     /// written.
     pub(crate) fn zeroed(len: usize) -> Result<SharedRegion, Errno> {
-        let fd = memfd::create("courier-shared", len)?;
+        let fd = Os::create_region("courier-shared", len)?;
         SharedRegion::seal_and_map(fd, len)
     }
 
@@ -82,8 +82,8 @@ impl SharedRegion {
     /// and copies into them in one pass, where a copy through a fresh mapping
     /// would take a page fault per page.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<SharedRegion, Errno> {
-        let fd = memfd::create("courier-shared", 0)?;
-        memfd::write_all(fd.as_fd(), bytes)?;
+        let fd = Os::create_region("courier-shared", 0)?;
+        Os::write_all(fd.as_fd(), bytes)?;
         SharedRegion::seal_and_map(fd, bytes.len())
     }
 
@@ -93,20 +93,20 @@ impl SharedRegion {
     /// filling a sparse mapping would meet it as `SIGBUS` at the first page
     /// that cannot be had.
     pub(crate) fn filled(len: usize, byte: u8) -> Result<SharedRegion, Errno> {
-        let fd = memfd::create("courier-shared", 0)?;
+        let fd = Os::create_region("courier-shared", 0)?;
         let chunk = vec![byte; len.min(64 << 10)];
         let mut left = len;
         while left > 0 {
             let here = left.min(chunk.len());
-            memfd::write_all(fd.as_fd(), &chunk[..here])?;
+            Os::write_all(fd.as_fd(), &chunk[..here])?;
             left -= here;
         }
         SharedRegion::seal_and_map(fd, len)
     }
 
     fn seal_and_map(fd: OwnedFd, len: usize) -> Result<SharedRegion, Errno> {
-        memfd::seal(fd.as_fd())?;
-        let map = Mapping::map(fd.as_fd(), len)?;
+        Os::seal(fd.as_fd())?;
+        let map = Os::map(fd.as_fd(), len)?;
         Ok(SharedRegion::new(fd, map, None))
     }
 
@@ -131,10 +131,10 @@ impl SharedRegion {
     pub(crate) fn open(fd: OwnedFd, budget: &mut u64) -> Result<SharedRegion, WireError> {
         // Seals before size, as in `MapCache::copy_out`: a region sealed
         // against shrinking cannot get shorter than the size read after.
-        if !memfd::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
+        if !Os::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
             return Err(WireError::BadRegion);
         }
-        let (size, key) = memfd::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let (size, key) = Os::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
         if size == 0 {
             // An empty region travels without a descriptor.
             return Err(WireError::BadRegion);
@@ -153,7 +153,7 @@ impl SharedRegion {
             Some(map) => map,
             None => {
                 not_hugetlbfs(fd.as_fd())?;
-                Mapping::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?
+                Os::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?
             }
         };
         *budget -= size;
@@ -195,7 +195,7 @@ fn park(mut region: Parked) {
         return;
     }
     if region.key.is_none() {
-        let Ok((_, key)) = memfd::stat(region.fd.as_fd()) else {
+        let Ok((_, key)) = Os::stat(region.fd.as_fd()) else {
             return;
         };
         region.key = Some(key);
@@ -233,7 +233,7 @@ fn park(mut region: Parked) {
 fn unpark(key: (u64, u64), len: usize, fd: BorrowedFd<'_>) -> Option<Mapping> {
     let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
     let i = parked.iter().position(|p| {
-        p.key == Some(key) && p.map.len() == len && memfd::same_file(p.fd.as_fd(), fd)
+        p.key == Some(key) && p.map.len() == len && Os::same_file(p.fd.as_fd(), fd)
     })?;
     let found = parked.remove(i);
     drop(parked);

@@ -206,7 +206,7 @@ mod tests {
     use std::io::IoSlice;
 
     use super::*;
-    use crate::ipc::platform::socket;
+    use crate::ipc::platform::{Os, Transport};
     use crate::ipc::transport::channel;
     use crate::ipc::wire::FdPacket;
 
@@ -220,7 +220,7 @@ mod tests {
         let tag = 0x5eed_u64;
         let header = Header::new(Body::Inline, 5, 1, tag).encode();
         let parts = [IoSlice::new(&header), IoSlice::new(b"first")];
-        socket::send(tx.os.fd(), &parts, &[]).unwrap();
+        Os::send(tx.os.fd(), &parts, &[]).unwrap();
         tx.send(b"second").unwrap();
         assert_eq!(rx.recv().unwrap(), b"second");
         assert_eq!(rx.os.state.borrow().waiting.len(), 1);
@@ -235,7 +235,7 @@ mod tests {
 
         let (spare, _spare_rx) = crate::ipc::bytes_channel().unwrap();
         let packet = FdPacket { count: 1, tag }.encode();
-        socket::send(tx.os.fd(), &[IoSlice::new(&packet)], &[spare.os.fd()]).unwrap();
+        Os::send(tx.os.fd(), &[IoSlice::new(&packet)], &[spare.os.fd()]).unwrap();
         tx.send(b"third").unwrap();
         assert_eq!(moved.recv().unwrap(), b"first");
         assert_eq!(moved.recv().unwrap(), b"third");

@@ -27,7 +27,7 @@ use super::tag::random_tag;
 use super::{wait_readable, RecvError, SendError};
 use crate::buf::{fill_spare, IoIter, RawIoVec};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::socket;
+use crate::ipc::platform::{Os, Transport};
 use crate::ipc::wire::{Body, Header, HEADER_LEN};
 
 /// `ENOBUFS` halving stops here: below it the error is reported.
@@ -41,7 +41,7 @@ impl OsSender {
         channels: &[BorrowedFd<'_>],
         packet: usize,
     ) -> Result<(), SendError> {
-        let (carrier_tx, carrier_rx) = socket::pair()?;
+        let (carrier_tx, carrier_rx) = Os::pair()?;
         let tag = random_tag();
         let header = Header::new(Body::Fragmented, total, channels.len(), tag).encode();
 
@@ -53,7 +53,7 @@ impl OsSender {
             iov.clear();
             iov.push(IoSlice::new(&header));
             let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
-            match socket::send(self.fd(), &iov, &[]) {
+            match Os::send(self.fd(), &iov, &[]) {
                 Ok(_) => {
                     rest.advance(len);
                     break;
@@ -69,7 +69,7 @@ impl OsSender {
         while rest.remaining() > 0 {
             iov.clear();
             let len = next_bytes(&rest, packet & !7, &mut iov);
-            match socket::send(carrier_tx.as_fd(), &iov, &[]) {
+            match Os::send(carrier_tx.as_fd(), &iov, &[]) {
                 Ok(_) => rest.advance(len),
                 Err(Errno::NOBUFS | Errno::MSGSIZE) if packet / 2 >= MIN_PACKET => packet /= 2,
                 Err(Errno::PIPE | Errno::CONNRESET) => return Err(self.carrier_closed()),
@@ -86,7 +86,7 @@ impl OsSender {
     #[cold]
     fn carrier_closed(&self) -> SendError {
         // A socket whose peer is closed always polls as hung up.
-        match socket::hung_up(self.fd()) {
+        match Os::hung_up(self.fd()) {
             true => SendError::Disconnected,
             false => SendError::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
@@ -142,7 +142,7 @@ pub(super) fn recv_fragments(
         let packet = fill_spare(dst, |room| {
             let mut iov = [RawIoVec::EMPTY; 1];
             let n = room.io_vecs(&mut iov);
-            let packet = socket::recv(carrier.as_fd(), &mut iov[..n], false, true)?;
+            let packet = Os::recv(carrier.as_fd(), &mut iov[..n], false, true)?;
             // SAFETY: `recvmsg` wrote `packet.len` bytes at the start of the
             // room (at most its length).
             unsafe { room.advance(packet.len.min(room.remaining())) };

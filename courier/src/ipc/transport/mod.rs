@@ -31,7 +31,7 @@ pub(crate) use self::backlog::Backlog;
 pub(crate) use self::recv::{OsReceiver, Split};
 pub(crate) use self::route::OsSender;
 use crate::ipc::err::WireError;
-use crate::ipc::platform::socket;
+use crate::ipc::platform::{Os, Process, Transport};
 use crate::ipc::wire::Header;
 
 /// Why a send failed.
@@ -95,7 +95,7 @@ pub(crate) enum Wait {
 
 /// `(sender, receiver)` of a new channel.
 pub(crate) fn channel() -> std::io::Result<(OsSender, OsReceiver)> {
-    let (tx, rx) = socket::pair()?;
+    let (tx, rx) = Os::pair()?;
     Ok((OsSender::from_fd(tx), OsReceiver::from_fd(rx)))
 }
 
@@ -113,7 +113,7 @@ pub(crate) fn wait_readable(
     fd: std::os::fd::BorrowedFd<'_>,
     deadline: Instant,
 ) -> Result<(), RecvError> {
-    match socket::wait_readable(fd, deadline) {
+    match Os::wait_readable(fd, deadline) {
         Ok(true) => Ok(()),
         Ok(false) => Err(RecvError::Empty),
         Err(e) => Err(RecvError::Io(e)),
@@ -125,19 +125,19 @@ pub(crate) fn wait_readable(
 /// A one-shot server: a listening socket for one client to connect to.
 #[derive(Debug)]
 pub(crate) struct OsOneShotServer {
-    listener: socket::Listener,
+    listener: <Os as Process>::Listener,
 }
 
 impl OsOneShotServer {
     pub(crate) fn new() -> std::io::Result<(Self, String)> {
-        let (listener, name) = socket::Listener::new()?;
+        let (listener, name) = Os::listen()?;
         Ok((OsOneShotServer { listener }, name))
     }
 
     /// Accepts the client's connection, waiting at most `timeout`, and
     /// returns the connection as a receiver.
     pub(crate) fn accept(&self, timeout: Option<Duration>) -> Result<OsReceiver, RecvError> {
-        match self.listener.accept(timeout.map(after)) {
+        match Os::accept(&self.listener, timeout.map(after)) {
             Ok(Some(fd)) => Ok(OsReceiver::from_fd(fd)),
             Ok(None) => Err(RecvError::Empty),
             Err(e) => Err(RecvError::Io(e)),
@@ -147,5 +147,5 @@ impl OsOneShotServer {
 
 /// Connects to the one-shot server named `name`.
 pub(crate) fn connect(name: &str) -> std::io::Result<OsSender> {
-    socket::connect(name).map(OsSender::from_fd)
+    Os::connect(name).map(OsSender::from_fd)
 }

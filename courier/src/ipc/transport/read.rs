@@ -12,7 +12,7 @@ use super::recv::{OsReceiver, RecvState, Split, MAX_SPLIT_HEAD, SCATTER_MIN};
 use super::RecvError;
 use crate::buf::{fill_spare, RawIoVec, UbufMut};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{socket, Packet};
+use crate::ipc::platform::{Os, Packet, Transport};
 use crate::ipc::split::Layout;
 use crate::ipc::wire::{Body, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN};
 
@@ -83,7 +83,7 @@ pub(super) fn with_scratch<R>(f: impl FnOnce(&mut [MaybeUninit<u8>]) -> R) -> R 
         // One call of `f` whichever area it gets: a second call site (for
         // the area of its own) kept `f` out of line, ~35 instructions a
         // small receive (callgrind, `floor_ab courier 64`).
-        let room = socket::max_packet();
+        let room = Os::max_packet();
         let mut own = Vec::new();
         let area = match scratch.capacity() >= room + PAGE {
             true => &mut **scratch,
@@ -123,7 +123,7 @@ impl OsReceiver {
         dontwait: bool,
     ) -> Result<Read, RecvError> {
         dst.clear();
-        let room = socket::max_packet();
+        let room = Os::max_packet();
         let control = !state.waiting.is_empty();
         with_scratch(|scratch| {
             if !control && self.packet_guess.get() <= SCATTER_MIN {
@@ -156,11 +156,11 @@ impl OsReceiver {
         dontwait: bool,
     ) -> Result<(), Result<Read, RecvError>> {
         with_scratch(|scratch| {
-            let len = socket::recv_whole(self.fd(), scratch, dontwait)
+            let len = Os::recv_whole(self.fd(), scratch, dontwait)
                 .map_err(|e| Err(RecvError::from(e)))?;
             if let Some(packet) = scratch.get(..len) {
                 // SAFETY: `recv` initialised the first `len` bytes of `scratch`.
-                let packet = unsafe { socket::assume_init(packet) };
+                let packet = unsafe { assume_init(packet) };
                 if let Some((header, payload)) = packet.split_first_chunk::<HEADER_LEN>() {
                     let total = payload.len() as u64;
                     if let Ok(h) = Header::decode(header) {
@@ -193,7 +193,7 @@ impl OsReceiver {
         limit: u64,
         dontwait: bool,
     ) -> Result<Read, RecvError> {
-        let len = socket::recv_whole(self.fd(), scratch, dontwait)?;
+        let len = Os::recv_whole(self.fd(), scratch, dontwait)?;
         self.small_packet(state, scratch, len, dst, limit)
     }
 
@@ -215,7 +215,7 @@ impl OsReceiver {
             return Err(WireError::Truncated.into());
         }
         // SAFETY: `recv` initialised the first `len` bytes of `scratch`.
-        let packet = unsafe { socket::assume_init(&scratch[..len]) };
+        let packet = unsafe { assume_init(&scratch[..len]) };
         if PacketKind::of(packet)? == PacketKind::Fds {
             // Its descriptors are lost (closed by the kernel): fine for a
             // refused message's, an error otherwise, since a descriptor
@@ -344,7 +344,7 @@ impl OsReceiver {
             let mut n = a.io_vecs(&mut iov);
             n += b.io_vecs(&mut iov[n..]);
             n += c.io_vecs(&mut iov[n..]);
-            socket::recv(self.fd(), &mut iov[..n], control, dontwait)?
+            Os::recv(self.fd(), &mut iov[..n], control, dontwait)?
         };
         let mut left = packet.len;
         let mut advance = |part: &mut UbufMut<'_>| {
@@ -365,14 +365,14 @@ impl OsReceiver {
     /// nothing is queued, else an empty packet (courier never sends one).
     #[cold]
     fn empty_packet(&self) -> RecvError {
-        let hung_up = socket::read_hung_up(self.fd());
+        let hung_up = Os::read_hung_up(self.fd());
         // A peer may send empty packets and then more before it leaves: the
         // stream ends only where no byte is queued behind. `FIONREAD` on a
         // `SOCK_SEQPACKET` socket counts the bytes of every queued packet, not
         // only the next one's (which a peek would see, and a second empty
         // packet would hide the message behind it). A run of empty packets at
         // the end still reads as the end.
-        let more = || !matches!(socket::queued(self.fd()), Ok(0));
+        let more = || !matches!(Os::queued(self.fd()), Ok(0));
         match hung_up && !more() {
             true => RecvError::Disconnected,
             false => WireError::BadHeader("empty packet").into(),
@@ -404,6 +404,17 @@ pub(super) fn check(header: Header, inline: usize, limit: u64) -> Result<Header,
     }
 }
 
+/// The bytes of `buf`, which the caller knows to be initialised.
+///
+/// # Safety
+/// The caller must ensure that every byte of `buf` was written (by the
+/// kernel, in this module's uses).
+unsafe fn assume_init(buf: &[MaybeUninit<u8>]) -> &[u8] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller
+    // guarantees every byte is initialised.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), buf.len()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,7 +426,7 @@ mod tests {
         for _ in 0..3 {
             with_scratch(|scratch| {
                 assert_eq!(scratch.as_ptr().addr() % 4096, 0);
-                assert_eq!(scratch.len(), socket::max_packet());
+                assert_eq!(scratch.len(), Os::max_packet());
             });
         }
     }

@@ -33,7 +33,7 @@ use super::read::{with_scratch, Read};
 use super::{after, wait_readable, RecvError, Wait};
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
-use crate::ipc::platform::socket;
+use crate::ipc::platform::{Os, Transport};
 use crate::ipc::shm::{self, MapCache, PausedCopy, Progress, Span, Stream};
 use crate::ipc::split::Layout;
 use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN};
@@ -183,8 +183,8 @@ const REFUSED_WAIT: Duration = Duration::from_millis(5);
 /// into the thread's scratch area and copied out (cheaper than the
 /// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
 /// straight into the destination. The same line as the sender's
-/// [`SMALL`], and for the same reason (see [`socket::SMALL_MAX`]).
-pub(super) const SCATTER_MIN: usize = socket::SMALL_MAX;
+/// [`SMALL`], and for the same reason (see [`Os::SMALL_MAX`]).
+pub(super) const SCATTER_MIN: usize = Os::SMALL_MAX;
 
 impl OsReceiver {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
@@ -197,7 +197,7 @@ impl OsReceiver {
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        Os::borrow(&self.fd)
     }
 
     /// When this receiver must be read again even if its socket stays quiet:
@@ -379,7 +379,7 @@ impl OsReceiver {
         let deadline = Instant::now() + REFUSED_WAIT;
         let mut next = [MaybeUninit::<u8>::uninit(); FD_PACKET_LEN];
         loop {
-            match socket::peek(self.fd(), &mut next) {
+            match Os::peek(self.fd(), &mut next) {
                 Ok(next) => {
                     let ours = PacketKind::of(next) == Ok(PacketKind::Fds)
                         && FdPacket::decode(next).is_ok_and(|p| p.tag == tag);
@@ -570,7 +570,7 @@ impl OsReceiver {
 
     /// Whether any sender is left: the socket has not hung up.
     fn senders_left(&self) -> bool {
-        !socket::hung_up(self.fd())
+        !Os::hung_up(self.fd())
     }
 }
 

@@ -37,7 +37,7 @@
 //!   smaller one.
 
 use std::io::IoSlice;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use rustix::io::Errno;
@@ -46,7 +46,7 @@ use super::tag::random_tag;
 use super::SendError;
 use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
-use crate::ipc::platform::socket;
+use crate::ipc::platform::{Os, Transport};
 use crate::ipc::shm::{self, Pool, Route, Take};
 use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
 
@@ -56,7 +56,7 @@ pub(super) const IOV_MAX: usize = 1024;
 /// header into one stack buffer and sent with `send(2)`: a gather costs the
 /// kernel's `msghdr` path (copying in and checking the iovec array, about
 /// 100 ns here), more than copying this many bytes.
-const SMALL: usize = socket::SMALL_MAX;
+const SMALL: usize = Os::SMALL_MAX;
 /// Gathers of fewer parts than this build their iovec on the stack.
 const STACK_IOV: usize = 8;
 
@@ -101,7 +101,7 @@ impl OsSender {
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.fd.as_fd()
+        Os::borrow(&self.inner.fd)
     }
 
     /// Sends `parts` (gathered, in order) with `channels` attached.
@@ -117,7 +117,7 @@ impl OsSender {
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let inline_max = (socket::max_packet() - HEADER_LEN) & !7;
+        let inline_max = (Os::max_packet() - HEADER_LEN) & !7;
         let regions = Config::large_messages_now() == LargeMessages::SharedMemory;
         if total <= inline_max && parts.len() < IOV_MAX {
             // Past the stack packet, a region the receiver holds beats the
@@ -142,7 +142,7 @@ impl OsSender {
                 return sent;
             }
         }
-        self.send_fragmented(parts, total, channels, socket::max_packet())
+        self.send_fragmented(parts, total, channels, Os::max_packet())
     }
 
     fn send_inline(
@@ -154,19 +154,19 @@ impl OsSender {
         let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
         let sent = if total <= SMALL {
-            socket::send_small(self.fd(), &header, parts, total)
+            Os::send_small(self.fd(), &header, parts, total)
         } else if parts.len() < STACK_IOV {
             // Small gathers, the common case, stay on the stack.
             let mut iov = [IoSlice::new(&[]); STACK_IOV];
             iov[0] = IoSlice::new(&header);
             let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-            socket::send(self.fd(), &iov[..=n], &[])
+            Os::send(self.fd(), &iov[..=n], &[])
         } else {
             // At most `IOV_MAX` parts reach here (`send` checks).
             let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
             iov[0] = IoSlice::new(&header);
             let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-            socket::send(self.fd(), &iov[..=n], &[])
+            Os::send(self.fd(), &iov[..=n], &[])
         };
         match sent {
             Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
@@ -207,7 +207,7 @@ impl OsSender {
             count += 1;
         }
         let packet = FdPacket { count, tag }.encode();
-        socket::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
+        Os::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
     }
 
     /// Sends the payload in a region of the pool, one that `take` allows:
@@ -238,7 +238,7 @@ impl OsSender {
                 let header = Header::new(Body::Kept, total, 0, token)
                     .in_region(skew, streamed)
                     .encode();
-                let sent = socket::send_small(self.fd(), &header, &[], 0);
+                let sent = Os::send_small(self.fd(), &header, &[], 0);
                 if sent.is_err() {
                     region.unclaim();
                 }
@@ -255,7 +255,7 @@ impl OsSender {
                 let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
                     .in_region(skew, streamed)
                     .encode();
-                socket::send(self.fd(), &[IoSlice::new(&header)], &[])
+                Os::send(self.fd(), &[IoSlice::new(&header)], &[])
                     .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
         };

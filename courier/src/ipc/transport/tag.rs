@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
-use crate::ipc::platform::random;
+use crate::ipc::platform::{Os, Process};
 
 /// A fresh tag for a message with descriptors, from the kernel's generator:
 /// unique across threads and processes, and unguessable by another sender on
@@ -72,7 +72,7 @@ fn watch_forks() {
     static WATCHING: Once = Once::new();
     WATCHING.call_once(|| {
         // (`in_child` only does an atomic add, which is async-signal-safe.)
-        let registered = random::on_fork_in_child(in_child);
+        let registered = Os::on_fork_in_child(in_child);
         // Only for lack of memory; a child could then hand out the rest of
         // its parent's pool (the same tags as the parent, until refilled).
         debug_assert!(registered, "pthread_atfork failed");
@@ -82,7 +82,7 @@ fn watch_forks() {
 /// Fills `out` from the kernel's generator.
 fn kernel_random(out: &mut [u64; TAG_POOL]) {
     let mut bytes = [0u8; TAG_POOL * 8];
-    if random::fill(&mut bytes).is_err() {
+    if Os::fill_random(&mut bytes).is_err() {
         // No kernel generator (pre-3.17): fall back to std's random seeds.
         out.iter_mut().for_each(|tag| *tag = fallback_random());
         return;

@@ -19,6 +19,8 @@ use rustix::fs::{self, FallocateFlags, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use rustix::mm::{self, MapFlags, ProtFlags};
 
+use super::super::RegionMap;
+
 /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`, then
 /// `ftruncate(len)` unless `len` is 0: an unsealed file of `len` bytes
 /// that reads as zeros.
@@ -138,28 +140,27 @@ impl Mapping {
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Errno::NOMEM)?;
         Ok(Mapping { ptr, len })
     }
+}
 
-    /// The first byte (page-aligned, never null).
+impl RegionMap for Mapping {
     #[inline]
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
+    fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    /// The first byte, as a `NonNull`.
     #[inline]
-    pub(crate) fn non_null(&self) -> NonNull<u8> {
+    fn non_null(&self) -> NonNull<u8> {
         self.ptr
     }
 
-    /// The mapped length in bytes.
     #[inline]
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.len
     }
 
     /// `madvise(MADV_REMOVE)` over the whole mapping: a hole punched in the
     /// file, its pages freed (they read back as zeros).
-    pub(crate) fn punch(&self) {
+    fn punch(&self) {
         // SAFETY: the range is exactly our own mapping; removing its pages
         // changes what it reads, never which memory is valid.
         let _ = unsafe { mm::madvise(self.ptr.as_ptr().cast(), self.len, mm::Advice::LinuxRemove) };
