@@ -444,7 +444,7 @@ impl MapCache {
 
 /// Hands back to its sender the region `fd` of a message this receiver
 /// refused: the message will never be copied out, and its sender counts the
-/// region in flight while it is busy ([`Config::max_region_bytes_in_flight`]).
+/// region in flight while it is busy ([`Config::max_region_bytes_in_flight`](crate::ipc::Config::max_region_bytes_in_flight)).
 /// Anything but a sealed shared-memory region (a fragment carrier, or
 /// whatever a peer sent) is left alone, as is a region not marked busy.
 pub(crate) fn release_refused(fd: BorrowedFd<'_>) {

@@ -106,14 +106,14 @@
 //! it was given, but the sender reads back only the state word (atomically)
 //! and the `mapped` advice, which picks a route and nothing else. What the
 //! state word says decides two things, and neither lets the receiver make
-//! the sender hold more memory than [`Config::max_region_bytes_in_flight`]
+//! the sender hold more memory than [`Config::max_region_bytes_in_flight`](crate::ipc::Config::max_region_bytes_in_flight)
 //! plus its pool ([`POOL_REGIONS`] regions):
 //!
 //! * whether a region is free to reuse: a receiver that clears `BUSY` early
 //!   makes the sender overwrite the bytes it is still copying, which spoils
 //!   only its own message;
 //! * whether a region the pool let go of is still in flight: once it says
-//!   not, the sender frees the region's pages ([`discard`]) before it lets
+//!   not, the sender frees the region's pages (`pool::discard`) before it lets
 //!   go, so a receiver that keeps every descriptor and clears `BUSY` at once
 //!   keeps holes, not the sender's memory.
 //!

@@ -9,7 +9,7 @@
 //! `ENOBUFS` (the kernel could not allocate a packet that large) halves the
 //! packet size and retries, down to [`MIN_PACKET`], and so does `EMSGSIZE`:
 //! packets are sized for this process's default send buffer
-//! ([`socket::max_packet`]), and an end made from a descriptor may have a
+//! ([`Transport::max_packet`]), and an end made from a descriptor may have a
 //! smaller one.
 //!
 //! The receiver reads the rest straight into the destination's spare

@@ -183,7 +183,7 @@ const REFUSED_WAIT: Duration = Duration::from_millis(5);
 /// into the thread's scratch area and copied out (cheaper than the
 /// `recvmsg` path below this size); larger ones are scattered by `recvmsg`
 /// straight into the destination. The same line as the sender's
-/// [`SMALL`], and for the same reason (see [`Os::SMALL_MAX`]).
+/// `SMALL`, and for the same reason (see [`Transport::SMALL_MAX`]).
 pub(super) const SCATTER_MIN: usize = Os::SMALL_MAX;
 
 impl OsReceiver {

@@ -1,7 +1,7 @@
 //! The sending end, and the route each message takes.
 //!
 //! # Routes (ipc-channel PR #68's techniques, and beyond)
-//! * A message that fits one packet (header + payload ≤ [`socket::max_packet`])
+//! * A message that fits one packet (header + payload ≤ [`Transport::max_packet`])
 //!   is **one `sendmsg`** whose iovec gathers the header and the caller's
 //!   slices: no staging copy. Below [`SMALL`] bytes the header and payload
 //!   are instead copied into one stack buffer and sent with `send(2)`: the
@@ -33,7 +33,7 @@
 //!   of 8 bytes. `ENOBUFS` (the kernel could not allocate a packet that
 //!   large) halves the packet size and retries, down to 2 KiB, and so does
 //!   `EMSGSIZE`: packets are sized for this process's default send buffer
-//!   ([`socket::max_packet`]), and an end made from a descriptor may have a
+//!   ([`Transport::max_packet`]), and an end made from a descriptor may have a
 //!   smaller one.
 
 use std::io::IoSlice;

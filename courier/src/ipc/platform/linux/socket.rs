@@ -98,7 +98,7 @@ pub(crate) fn send_small(
     let mut buf = [MaybeUninit::<u8>::uninit(); HEADER_MAX + SMALL_MAX];
     let len = header.len() + total;
     let mut at = 0;
-    for part in std::iter::once(&header[..]).chain(parts.iter().map(|p| &**p)) {
+    for part in std::iter::once(header).chain(parts.iter().map(|p| &**p)) {
         buf[at..at + part.len()].copy_from_slice(as_uninit(part));
         at += part.len();
     }
@@ -406,11 +406,8 @@ impl Listener {
     pub(crate) fn accept(&self, deadline: Option<Instant>) -> io::Result<Option<OwnedFd>> {
         let fd = self.listener.as_fd();
         match deadline {
-            Some(deadline) => {
-                if !wait_readable(fd, deadline)? {
-                    return Ok(None);
-                }
-            }
+            Some(deadline) if !wait_readable(fd, deadline)? => return Ok(None),
+            Some(_) => {}
             None if crate::fiber::in_fiber() => {
                 let hour = std::time::Duration::from_secs(3600);
                 while let Ok(false) = wait_readable(fd, Instant::now() + hour) {}
