@@ -126,9 +126,9 @@ pub(crate) trait Transport {
     /// Sends `header ++ parts` (`total` bytes of parts, at most
     /// [`SMALL_MAX`](Self::SMALL_MAX); a header of at most [`SMALL_HEAD`])
     /// as one packet without descriptors, through one stack buffer.
-    fn send_small(
+    fn send_small<const H: usize>(
         fd: Self::BorrowedFd<'_>,
-        header: &[u8],
+        header: &[u8; H],
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> Result<usize, Errno>;

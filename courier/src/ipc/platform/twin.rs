@@ -203,13 +203,13 @@ impl Transport for Twin {
         Ok(len)
     }
 
-    fn send_small(
+    fn send_small<const H: usize>(
         fd: &TwinFd,
-        header: &[u8],
+        header: &[u8; H],
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> Result<usize, Errno> {
-        assert!(total <= Self::SMALL_MAX && header.len() <= SMALL_HEAD);
+        assert!(total <= Self::SMALL_MAX && H <= SMALL_HEAD);
         let mut iov = vec![IoSlice::new(header)];
         iov.extend(parts.iter().map(|p| IoSlice::new(p)));
         Self::send(fd, &iov, &[])

@@ -62,9 +62,9 @@ impl Transport for Linux {
     }
 
     #[inline]
-    fn send_small(
+    fn send_small<const H: usize>(
         fd: BorrowedFd<'_>,
-        header: &[u8],
+        header: &[u8; H],
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> Result<usize, Errno> {

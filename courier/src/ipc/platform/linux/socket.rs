@@ -87,18 +87,20 @@ pub(crate) fn send(
 
 /// `send(fd, header ++ parts, MSG_NOSIGNAL)` through one stack buffer of at
 /// most `HEADER_MAX + SMALL_MAX` bytes, retried on `EINTR`.
-pub(crate) fn send_small(
+#[inline]
+pub(crate) fn send_small<const H: usize>(
     fd: BorrowedFd<'_>,
-    header: &[u8],
+    header: &[u8; H],
     parts: &[IoSlice<'_>],
     total: usize,
 ) -> Result<usize, Errno> {
-    assert!(total <= SMALL_MAX && header.len() <= HEADER_MAX);
+    const { assert!(H <= HEADER_MAX) };
+    assert!(total <= SMALL_MAX);
     // Not zero-filled: only the `len` bytes written below are ever read.
     let mut buf = [MaybeUninit::<u8>::uninit(); HEADER_MAX + SMALL_MAX];
-    let len = header.len() + total;
+    let len = H + total;
     let mut at = 0;
-    for part in std::iter::once(header).chain(parts.iter().map(|p| &**p)) {
+    for part in std::iter::once(&header[..]).chain(parts.iter().map(|p| &**p)) {
         buf[at..at + part.len()].copy_from_slice(as_uninit(part));
         at += part.len();
     }
