@@ -53,7 +53,7 @@ pub(crate) mod linux;
 pub(crate) mod twin;
 
 #[cfg(target_os = "linux")]
-pub(crate) use linux::{memfd::Mapping, poller::Poller, Linux as Os};
+pub(crate) use linux::{epoll::Poller, memfd::Mapping, Linux as Os};
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(

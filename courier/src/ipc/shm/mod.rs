@@ -120,13 +120,25 @@
 //! A receiver that never clears `BUSY` keeps its regions counted in flight,
 //! and past the bound its sender's large messages go in fragments, which
 //! wait for it to read.
+//!
+//! # Where each part lives
+//! * [`pool`]: the sender's regions, their claims, and the pool that reuses
+//!   them;
+//! * [`cache`]: the receiver's mappings and held regions;
+//! * [`copy`]: copying a payload out, as it is streamed;
+//! * [`shared`]: the regions behind `ipc::IpcSharedMemory`;
+//! * here: the region's layout, its state word, and the process's budgets.
+//!
+//! The system calls (memfd, `mmap`, `madvise`, futex) are the platform's
+//! ([`crate::ipc::platform::Memory`]).
 #![allow(unsafe_code)]
 
-mod cache;
-mod copy;
-mod pool;
-mod shared;
+pub(crate) mod cache;
+pub(crate) mod copy;
+pub(crate) mod pool;
+pub(crate) mod shared;
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -136,7 +148,6 @@ pub(crate) use self::pool::{Pool, Route, Take};
 pub(crate) use self::shared::{unpark_all, SharedRegion};
 use crate::ipc::err::WireError;
 use crate::ipc::platform::{Mapping, Memory, Os, RegionMap};
-use std::os::fd::BorrowedFd;
 
 /// Bytes before the payload: the state word, the mapped length and the
 /// stream's two words, padded to a cache line.

@@ -24,17 +24,10 @@
 //!   [`Config::max_region_bytes_in_flight`] fragments its large messages
 //!   instead, which waits for the receiver: back-pressure.
 //! * Otherwise ([`LargeMessages::Fragments`]) it is **fragmented** without a
-//!   failed first try: the first packet carries the header (announcing the
-//!   total) and the first part; the rest follows over a socketpair created
-//!   for this message alone, whose receiving end travels in the descriptor
-//!   packet. Fragments of concurrent senders therefore never interleave
-//!   (ipc-channel's earlier design re-queued fragments on the shared socket
-//!   and deadlocked, servo/ipc-channel#34). Fragment payloads are multiples
-//!   of 8 bytes. `ENOBUFS` (the kernel could not allocate a packet that
-//!   large) halves the packet size and retries, down to 2 KiB, and so does
-//!   `EMSGSIZE`: packets are sized for this process's default send buffer
-//!   ([`Transport::max_packet`]), and an end made from a descriptor may have a
-//!   smaller one.
+//!   failed first try ([`super::frag`]).
+//!
+//! [`Os`] is the platform ([`crate::ipc::platform`]): every packet goes
+//! through [`Transport::send`] or [`Transport::send_small`].
 
 use std::io::IoSlice;
 use std::os::fd::{BorrowedFd, OwnedFd};

@@ -4,15 +4,15 @@
 //!   `SCM_RIGHTS`, `recv`, `poll`), and the one-shot listener;
 //! * [`memfd`]: sealed memfd regions and their shared mappings;
 //! * [`futex`]: waiting on a word of a mapping;
-//! * [`poller`]: `epoll`, for receiver sets;
+//! * [`epoll`]: `epoll`, for receiver sets;
 //! * [`random`]: `getrandom`, and a hook run in a forked child.
 //!
 //! Each implements its part of the contract of [`super`] for [`Linux`].
 #![allow(unsafe_code)]
 
+pub(crate) mod epoll;
 pub(crate) mod futex;
 pub(crate) mod memfd;
-pub(crate) mod poller;
 pub(crate) mod random;
 pub(crate) mod socket;
 
