@@ -55,6 +55,12 @@ pub(crate) mod twin;
 #[cfg(target_os = "linux")]
 pub(crate) use linux::{epoll::Poller, memfd::Mapping, Linux as Os};
 
+/// The platform's owned descriptor ([`Transport::Fd`]): what the portable
+/// layers hold, receive and pass on.
+pub(crate) type OwnedFd = <Os as Transport>::Fd;
+/// The platform's borrowed descriptor ([`Transport::BorrowedFd`]).
+pub(crate) type BorrowedFd<'a> = <Os as Transport>::BorrowedFd<'a>;
+
 #[cfg(not(target_os = "linux"))]
 compile_error!(
     "courier::ipc has no transport for this target: implement the traits of \
@@ -168,6 +174,9 @@ pub(crate) trait Transport {
     fn check_channel_end(fd: Self::BorrowedFd<'_>) -> Result<(), &'static str>;
     /// Which endpoint `fd` is: the same for every duplicate of it.
     fn identity(fd: Self::BorrowedFd<'_>) -> Option<(u64, u64)>;
+    /// A duplicate of `fd` (close-on-exec): one more descriptor of the
+    /// same endpoint or region.
+    fn duplicate(fd: Self::BorrowedFd<'_>) -> Result<Self::Fd, Errno>;
 }
 
 /// A shared mapping of a region, unmapped on drop.

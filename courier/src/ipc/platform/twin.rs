@@ -307,6 +307,10 @@ impl Transport for Twin {
     fn identity(fd: &TwinFd) -> Option<(u64, u64)> {
         Some((0, Arc::as_ptr(&fd.0).addr() as u64))
     }
+
+    fn duplicate(fd: &TwinFd) -> Result<TwinFd, Errno> {
+        Ok(fd.clone())
+    }
 }
 
 /// `bytes` as uninitialised-or-not bytes.

@@ -1,7 +1,6 @@
 //! The receiver's side of the region protocol: the mappings it keeps, and
 //! the regions it holds.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use super::copy::{copy_raw, Copied};
@@ -173,7 +172,7 @@ fn hold(
         *held = Some((fd, counted));
         return None;
     }
-    if let Ok(copy) = fd.try_clone() {
+    if let Ok(copy) = Os::duplicate(Os::borrow(&fd)) {
         *held = Some((copy, counted));
     }
     Some(fd)
@@ -200,11 +199,11 @@ impl MapCache {
         // seals could be stale, and mapping past the end raises `SIGBUS`).
         // Asking for seals also fails at once for anything but shared memory,
         // before `fstat` could wait on, say, a FUSE daemon.
-        if !Os::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
+        if !Os::sealed(Os::borrow(&fd)).map_err(|_| WireError::BadRegion)? {
             return Err(WireError::BadRegion);
         }
         // Which region (`st_dev`, `st_ino`), and its size.
-        let (size, key) = Os::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let (size, key) = Os::stat(Os::borrow(&fd)).map_err(|_| WireError::BadRegion)?;
         let size = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
         if size < REGION_HEADER || size - REGION_HEADER < extent {
             return Err(WireError::BadRegion);
@@ -227,9 +226,9 @@ impl MapCache {
             // Mapped too short for this message: map it again below.
             drop(self.entries.remove(i));
         }
-        not_hugetlbfs(fd.as_fd())?;
+        not_hugetlbfs(Os::borrow(&fd))?;
         let len = if size <= MAP_WHOLE { size } else { need };
-        let map = Os::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        let map = Os::map(Os::borrow(&fd), len).map_err(|_| WireError::BadRegion)?;
         if self.entries.len() >= CACHED_MAPPINGS {
             // Let go of the least recently used region no message names.
             match self.entries.iter().position(Held::releasable) {
@@ -409,9 +408,9 @@ impl MapCache {
     /// (its receiver's size limit less what came before).
     pub(crate) fn hold(&mut self, region: KeptRegion, budget: &mut u64) -> Result<bool, WireError> {
         // Seals before size, as in `copy_out`.
-        let sealed = Os::sealed(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
-        not_hugetlbfs(region.fd.as_fd())?;
-        let (size, key) = Os::stat(region.fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let sealed = Os::sealed(Os::borrow(&region.fd)).map_err(|_| WireError::BadRegion)?;
+        not_hugetlbfs(Os::borrow(&region.fd))?;
+        let (size, key) = Os::stat(Os::borrow(&region.fd)).map_err(|_| WireError::BadRegion)?;
         let len = usize::try_from(region.len).map_err(|_| WireError::BadRegion)?;
         let sane = sealed && region.len <= size && len > REGION_HEADER;
         if !sane {
@@ -431,7 +430,7 @@ impl MapCache {
         let Some(counted) = Counted::held(len) else {
             return Ok(false);
         };
-        let map = Os::map(region.fd.as_fd(), len).map_err(|_| WireError::BadRegion)?;
+        let map = Os::map(Os::borrow(&region.fd), len).map_err(|_| WireError::BadRegion)?;
         self.entries.push(Held {
             key,
             token: region.token,

@@ -138,7 +138,6 @@ pub(crate) mod copy;
 pub(crate) mod pool;
 pub(crate) mod shared;
 
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -147,7 +146,7 @@ pub(crate) use self::copy::{Span, Stream};
 pub(crate) use self::pool::{Pool, Route, Take};
 pub(crate) use self::shared::{unpark_all, SharedRegion};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{Mapping, Memory, Os, RegionMap};
+use crate::ipc::platform::{BorrowedFd, Mapping, Memory, Os, OwnedFd, RegionMap, Transport};
 
 /// Bytes before the payload: the state word, the mapped length and the
 /// stream's two words, padded to a cache line.

@@ -3,7 +3,6 @@
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -48,9 +47,9 @@ impl Region {
             .next_power_of_two();
         let fd = Os::create_region("courier-payload", len)?;
         let backed = REGION_HEADER + payload;
-        Os::allocate(fd.as_fd(), backed)?;
-        Os::seal(fd.as_fd())?;
-        let map = Os::map(fd.as_fd(), len)?;
+        Os::allocate(Os::borrow(&fd), backed)?;
+        Os::seal(Os::borrow(&fd))?;
+        let map = Os::map(Os::borrow(&fd), len)?;
         // Claimed from the start (sent by descriptor).
         map.state().store(BUSY, Ordering::Relaxed);
         Ok(Region {
@@ -68,7 +67,7 @@ impl Region {
     /// after that).
     fn back(&mut self, len: usize) -> Result<(), Errno> {
         if len > self.backed {
-            Os::allocate(self.fd.as_fd(), len)?;
+            Os::allocate(Os::borrow(&self.fd), len)?;
             self.backed = len;
         }
         Ok(())
@@ -90,7 +89,7 @@ impl Region {
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        Os::borrow(&self.fd)
     }
 
     /// Records the tag of the message that carries the descriptor.

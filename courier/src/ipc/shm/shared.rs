@@ -1,7 +1,6 @@
 //! Regions the application holds: the memory behind `ipc::IpcSharedMemory`.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -83,7 +82,7 @@ impl SharedRegion {
     /// would take a page fault per page.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<SharedRegion, Errno> {
         let fd = Os::create_region("courier-shared", 0)?;
-        Os::write_all(fd.as_fd(), bytes)?;
+        Os::write_all(Os::borrow(&fd), bytes)?;
         SharedRegion::seal_and_map(fd, bytes.len())
     }
 
@@ -98,15 +97,15 @@ impl SharedRegion {
         let mut left = len;
         while left > 0 {
             let here = left.min(chunk.len());
-            Os::write_all(fd.as_fd(), &chunk[..here])?;
+            Os::write_all(Os::borrow(&fd), &chunk[..here])?;
             left -= here;
         }
         SharedRegion::seal_and_map(fd, len)
     }
 
     fn seal_and_map(fd: OwnedFd, len: usize) -> Result<SharedRegion, Errno> {
-        Os::seal(fd.as_fd())?;
-        let map = Os::map(fd.as_fd(), len)?;
+        Os::seal(Os::borrow(&fd))?;
+        let map = Os::map(Os::borrow(&fd), len)?;
         Ok(SharedRegion::new(fd, map, None))
     }
 
@@ -131,10 +130,10 @@ impl SharedRegion {
     pub(crate) fn open(fd: OwnedFd, budget: &mut u64) -> Result<SharedRegion, WireError> {
         // Seals before size, as in `MapCache::copy_out`: a region sealed
         // against shrinking cannot get shorter than the size read after.
-        if !Os::sealed(fd.as_fd()).map_err(|_| WireError::BadRegion)? {
+        if !Os::sealed(Os::borrow(&fd)).map_err(|_| WireError::BadRegion)? {
             return Err(WireError::BadRegion);
         }
-        let (size, key) = Os::stat(fd.as_fd()).map_err(|_| WireError::BadRegion)?;
+        let (size, key) = Os::stat(Os::borrow(&fd)).map_err(|_| WireError::BadRegion)?;
         if size == 0 {
             // An empty region travels without a descriptor.
             return Err(WireError::BadRegion);
@@ -146,14 +145,14 @@ impl SharedRegion {
             });
         }
         let len = usize::try_from(size).map_err(|_| WireError::BadRegion)?;
-        let map = match unpark(key, len, fd.as_fd()) {
+        let map = match unpark(key, len, Os::borrow(&fd)) {
             // The same open file as the parked one (`unpark` asks the kernel):
             // it passed these checks when it was first mapped, seals stay, and
             // it was opened writable.
             Some(map) => map,
             None => {
-                not_hugetlbfs(fd.as_fd())?;
-                Os::map(fd.as_fd(), len).map_err(|_| WireError::BadRegion)?
+                not_hugetlbfs(Os::borrow(&fd))?;
+                Os::map(Os::borrow(&fd), len).map_err(|_| WireError::BadRegion)?
             }
         };
         *budget -= size;
@@ -174,7 +173,7 @@ impl SharedRegion {
 
     /// The memfd, for sending.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.held.as_ref().expect("held until dropped").fd.as_fd()
+        Os::borrow(&self.held.as_ref().expect("held until dropped").fd)
     }
 }
 
@@ -195,7 +194,7 @@ fn park(mut region: Parked) {
         return;
     }
     if region.key.is_none() {
-        let Ok((_, key)) = Os::stat(region.fd.as_fd()) else {
+        let Ok((_, key)) = Os::stat(Os::borrow(&region.fd)) else {
             return;
         };
         region.key = Some(key);
@@ -233,7 +232,7 @@ fn park(mut region: Parked) {
 fn unpark(key: (u64, u64), len: usize, fd: BorrowedFd<'_>) -> Option<Mapping> {
     let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
     let i = parked.iter().position(|p| {
-        p.key == Some(key) && p.map.len() == len && Os::same_file(p.fd.as_fd(), fd)
+        p.key == Some(key) && p.map.len() == len && Os::same_file(Os::borrow(&p.fd), fd)
     })?;
     let found = parked.remove(i);
     drop(parked);

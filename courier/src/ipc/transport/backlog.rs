@@ -2,7 +2,6 @@
 //! sent to another process.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -13,6 +12,7 @@ use super::RecvError;
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
 use crate::ipc::handles::Descriptor;
+use crate::ipc::platform::OwnedFd;
 use crate::ipc::shm::KeptRegion;
 use crate::ipc::wire::{Body, Header, HEADER_LEN};
 

@@ -17,7 +17,6 @@
 #![allow(unsafe_code)]
 
 use std::io::IoSlice;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
 use rustix::io::Errno;
@@ -27,7 +26,7 @@ use super::tag::random_tag;
 use super::{wait_readable, RecvError, SendError};
 use crate::buf::{fill_spare, IoIter, RawIoVec};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{Os, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::wire::{Body, Header, HEADER_LEN};
 
 /// `ENOBUFS` halving stops here: below it the error is reported.
@@ -62,14 +61,14 @@ impl OsSender {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.send_fds(channels, Some(carrier_rx.as_fd()), tag)?;
+        self.send_fds(channels, Some(Os::borrow(&carrier_rx)), tag)?;
         // The receiver holds its own copy of the carrier now.
         drop(carrier_rx);
         // The rest: on the dedicated socket, blocking until the receiver reads.
         while rest.remaining() > 0 {
             iov.clear();
             let len = next_bytes(&rest, packet & !7, &mut iov);
-            match Os::send(carrier_tx.as_fd(), &iov, &[]) {
+            match Os::send(Os::borrow(&carrier_tx), &iov, &[]) {
                 Ok(_) => rest.advance(len),
                 Err(Errno::NOBUFS | Errno::MSGSIZE) if packet / 2 >= MIN_PACKET => packet /= 2,
                 Err(Errno::PIPE | Errno::CONNRESET) => return Err(self.carrier_closed()),
@@ -142,7 +141,7 @@ pub(super) fn recv_fragments(
         let packet = fill_spare(dst, |room| {
             let mut iov = [RawIoVec::EMPTY; 1];
             let n = room.io_vecs(&mut iov);
-            let packet = Os::recv(carrier.as_fd(), &mut iov[..n], false, true)?;
+            let packet = Os::recv(Os::borrow(carrier), &mut iov[..n], false, true)?;
             // SAFETY: `recvmsg` wrote `packet.len` bytes at the start of the
             // room (at most its length).
             unsafe { room.advance(packet.len.min(room.remaining())) };
@@ -151,7 +150,7 @@ pub(super) fn recv_fragments(
         let packet = match packet {
             Ok(packet) => packet,
             Err(Errno::AGAIN) => {
-                match wait_readable(carrier.as_fd(), until) {
+                match wait_readable(Os::borrow(carrier), until) {
                     Err(RecvError::Empty) if until < deadline => return Ok(false),
                     Err(RecvError::Empty) => return Err(WireError::FragmentTimeout.into()),
                     other => other?,

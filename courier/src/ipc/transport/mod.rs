@@ -31,7 +31,7 @@ pub(crate) use self::backlog::Backlog;
 pub(crate) use self::recv::{OsReceiver, Split};
 pub(crate) use self::route::OsSender;
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{Os, Process, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, Process, Transport};
 use crate::ipc::wire::Header;
 
 /// Why a send failed.
@@ -109,10 +109,7 @@ pub(crate) fn after(d: Duration) -> Instant {
 
 /// Waits until `fd` is readable (or hung up), or `deadline` passes (then
 /// `Empty`). A fiber parks on its worker's reactor.
-pub(crate) fn wait_readable(
-    fd: std::os::fd::BorrowedFd<'_>,
-    deadline: Instant,
-) -> Result<(), RecvError> {
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, deadline: Instant) -> Result<(), RecvError> {
     match Os::wait_readable(fd, deadline) {
         Ok(true) => Ok(()),
         Ok(false) => Err(RecvError::Empty),

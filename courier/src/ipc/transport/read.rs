@@ -4,7 +4,6 @@
 
 use std::cell::RefCell;
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::os::fd::OwnedFd;
 
 use rustix::io::Errno;
 
@@ -12,7 +11,7 @@ use super::recv::{OsReceiver, RecvState, Split, MAX_SPLIT_HEAD, SCATTER_MIN};
 use super::RecvError;
 use crate::buf::{fill_spare, RawIoVec, UbufMut};
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{Os, Packet, Transport};
+use crate::ipc::platform::{Os, OwnedFd, Packet, Transport};
 use crate::ipc::split::Layout;
 use crate::ipc::wire::{Body, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN};
 

@@ -23,7 +23,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -33,7 +32,7 @@ use super::read::{with_scratch, Read};
 use super::{after, wait_readable, RecvError, Wait};
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
-use crate::ipc::platform::{Os, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::shm::{self, MapCache, PausedCopy, Progress, Span, Stream};
 use crate::ipc::split::Layout;
 use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN};
@@ -588,7 +587,7 @@ impl RecvState {
                 // A refused region message's region (its carrier, last) goes
                 // back to its sender, which counts it in flight until then.
                 if let Some(carrier) = fds.last() {
-                    shm::release_refused(carrier.as_fd());
+                    shm::release_refused(Os::borrow(carrier));
                 }
                 return Ok(()); // dropping `fds` closes them
             }

@@ -30,7 +30,6 @@
 //! through [`Transport::send`] or [`Transport::send_small`].
 
 use std::io::IoSlice;
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use rustix::io::Errno;
@@ -39,7 +38,7 @@ use super::tag::random_tag;
 use super::SendError;
 use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
-use crate::ipc::platform::{Os, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::shm::{self, Pool, Route, Take};
 use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
 

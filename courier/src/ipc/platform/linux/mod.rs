@@ -124,6 +124,12 @@ impl Transport for Linux {
     fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
         socket::identity(fd)
     }
+
+    /// `fcntl(F_DUPFD_CLOEXEC)`.
+    #[inline]
+    fn duplicate(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+        rustix::io::fcntl_dupfd_cloexec(fd, 0)
+    }
 }
 
 impl Memory for Linux {
