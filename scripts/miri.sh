@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Miri (nightly) over the tests of chan and buf, the modules whose unsafe code is memory-model
-# work (lock-free slots, spare capacity, iovec casts): undefined behaviour fails the run. The
+# work (lock-free slots, spare capacity, iovec casts), and over the ipc transport contract's
+# conformance suite run against the in-process twin (raw copies into iovecs, shared mappings
+# of heap memory): undefined behaviour fails the run. The
 # suites shrink under cfg(miri) (`if cfg!(miri) { .. } else { .. }` sizes).
 #
 # Not run under Miri, and why:
@@ -9,8 +11,8 @@
 # - tests/chan_loom.rs: loom models, built only with `--cfg loom` (scripts/loom.sh runs them);
 # - tests/buf_socket.rs: sockets (socketpair, sendmsg/recvmsg into iovecs), system calls Miri
 #   does not implement;
-# - every ipc and fiber test: sockets, epoll, memfd regions mapped with mmap, futexes on shared
-#   memory, fork and re-executed child processes, none of which Miri can run;
+# - every other ipc test, and every fiber test: sockets, epoll, memfd regions mapped with mmap,
+#   futexes on shared memory, fork and re-executed child processes, none of which Miri can run;
 # - tests/chan_stress.rs's a_panicking_park_aborts_the_process and tests/buf.rs's
 #   fill_spare_grows_by_filled (below).
 # Isolation is off so that proptest can look for its persisted failures and threads can sleep
@@ -22,7 +24,7 @@ rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^mi
 export MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}"
 # tests/buf.rs takes its proptest case count from the environment (256 by default).
 export PROPTEST_CASES="${PROPTEST_CASES:-8}"
-cargo +nightly miri test -p courier --lib -- chan:: buf::
+cargo +nightly miri test -p courier --lib -- chan:: buf:: ipc::platform::conformance::twin
 # fill_spare_grows_by_filled leaks a buffer on purpose (`Box::leak`, for a 'static slice to swap
 # in), which Miri's leak check reports; the rest of tests/buf.rs runs.
 cargo +nightly miri test -p courier --test buf -- --skip fill_spare_grows_by_filled
