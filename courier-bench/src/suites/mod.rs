@@ -207,6 +207,10 @@ pub static ROLES: &[Role] = &[
         name: http::SERVE,
         run: http::serve,
     },
+    Role {
+        name: ring_fiber::MAY_W2,
+        run: ring_fiber::may_w2_child,
+    },
 ];
 
 /// The suite called `name`.

@@ -303,7 +303,8 @@ struct Reactor {
 
 /// The token of a reactor's `eventfd`.
 const WAKE_TOKEN: u64 = 0;
-/// Turns of fibers between two looks at the reactor while fibers are ready.
+/// Turns of fibers between two looks at the timers and the reactor while
+/// fibers are ready.
 const POLL_EVERY: u32 = 61;
 
 impl Reactor {
@@ -674,12 +675,19 @@ fn work(w: &WorkerState) {
     loop {
         if let Some(fiber) = find_work(w) {
             run(w, fiber);
-            // Descriptors are looked at now and then even while fibers are
-            // ready, so that a busy worker does not starve its waiting ones.
+            // Timers and descriptors are looked at now and then even while
+            // fibers are ready, so that a busy worker (a fiber that yields
+            // in a loop, say) does not starve its waiting ones.
             let turns = w.since_poll.get() + 1;
             w.since_poll.set(turns);
-            if turns >= POLL_EVERY && !w.io_waits.borrow().is_empty() {
-                poll_reactor(w, Some(std::time::Duration::ZERO));
+            if turns >= POLL_EVERY {
+                w.since_poll.set(0);
+                if !w.timers.borrow().is_empty() {
+                    fire_timers(w);
+                }
+                if !w.io_waits.borrow().is_empty() {
+                    poll_reactor(w, Some(std::time::Duration::ZERO));
+                }
             }
             continue;
         }
