@@ -49,6 +49,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "async")]
+pub mod asynch;
 pub mod buf;
 pub mod chan;
 pub mod fiber;
