@@ -130,7 +130,7 @@ where
 // ===== IpcStream =====
 
 /// The messages of an [`IpcReceiver`], as a [`Stream`]: made by
-/// [`IpcReceiver::to_stream`].
+/// [`IpcReceiver::to_stream`]. Dropping it drops the receiver.
 pub struct IpcStream<T> {
     /// The receiver. The lock is never taken: every use goes through
     /// `&mut self` (`Mutex::get_mut`). It makes the stream `Sync`, as
@@ -396,7 +396,7 @@ impl Reactor {
         });
         let serving = Arc::clone(&reactor);
         std::thread::Builder::new()
-            .name("courier-stream-reactor".to_owned())
+            .name("courier-streams".to_owned())
             .spawn(move || serving.run())?;
         *current = Some(Arc::clone(&reactor));
         Ok(reactor)

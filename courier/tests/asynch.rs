@@ -10,8 +10,8 @@ use std::future::Future;
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 
@@ -39,22 +39,8 @@ async fn limited<F: Future>(test: F) -> F::Output {
         .expect("the stream stalled (a lost wake-up?)")
 }
 
-/// Serialises the tests that count descriptors or change the process's
-/// [`Config`].
-static SERIAL: Mutex<()> = Mutex::new(());
-
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-/// A runtime as `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`
-/// builds, for the tests that hold [`SERIAL`] (outside any task).
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
 }
 
 /// Polls `stream` once, with a waker that does nothing.
@@ -221,13 +207,8 @@ async fn many_streams_wait_at_once_on_one_runtime() {
 /// Messages too large for one packet: through a shared-memory region, and
 /// fragmented over a socket of their own, whose rest the stream's socket
 /// does not announce.
-#[test]
-fn large_messages_arrive_whole() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    runtime().block_on(large_messages());
-}
-
-async fn large_messages() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_arrive_whole() {
     let before = Config::global();
     for large in [LargeMessages::SharedMemory, LargeMessages::Fragments] {
         Config::set_global(Config {
@@ -259,7 +240,33 @@ fn child_entry() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    assert_eq!(role, "count");
+    match role.as_str() {
+        "count" => count(),
+        "fds" => dropped_streams_leave_no_descriptor(),
+        _ => panic!("unknown role {role}"),
+    }
+    std::process::exit(0);
+}
+
+/// This test binary, to run the child role `role`.
+fn child(role: &str) -> Command {
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .args([
+            "child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(ROLE, role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+/// Child role `count`: connects to the parent's server and sends 0..5,000.
+fn count() {
     let server = std::env::var(SERVER).expect("server name");
     let tx = IpcSender::<u64>::connect(server).unwrap();
     for n in 0..5_000 {
@@ -268,26 +275,12 @@ fn child_entry() {
             thread::sleep(Duration::from_millis(1));
         }
     }
-    std::process::exit(0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_from_another_process() {
     let (server, name) = IpcOneShotServer::<u64>::new().unwrap();
-    let mut child = Command::new("/proc/self/exe")
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(ROLE, "count")
-        .env(SERVER, name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = child("count").env(SERVER, name).spawn().unwrap();
     let (rx, first) = tokio::task::spawn_blocking(move || server.accept_timeout(LIMIT))
         .await
         .unwrap()
@@ -305,11 +298,18 @@ async fn messages_from_another_process() {
     assert!(child.wait().unwrap().success());
 }
 
-/// A stream that waits and is then dropped leaves no descriptor open, and
-/// its socket closes: the sender sees the receiver gone.
+/// Streams that wait, or are woken, and are then dropped leave no
+/// descriptor open, and their sockets close: the senders see the receivers
+/// gone. Counted in a child process of its own, where no other test opens
+/// descriptors meanwhile.
 #[test]
-fn a_dropped_stream_closes_its_socket() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+fn dropped_streams_close_their_sockets() {
+    let status = child("fds").status().unwrap();
+    assert!(status.success(), "the child found a leak: {status}");
+}
+
+/// Child role `fds`: the body of [`dropped_streams_close_their_sockets`].
+fn dropped_streams_leave_no_descriptor() {
     // The reactor's own descriptors, opened once per process.
     let (_tx, rx) = ipc::channel::<u64>().unwrap();
     let mut warm = rx.to_stream();
@@ -317,11 +317,15 @@ fn a_dropped_stream_closes_its_socket() {
     drop(warm);
     let before = open_fds();
     let mut senders = Vec::new();
-    for _ in 0..16 {
+    for k in 0..32 {
         let (tx, rx) = ipc::channel::<u64>().unwrap();
         let mut stream = rx.to_stream();
-        // Registered and armed, then dropped.
+        // Registered and armed; half of them then woken by a message
+        // (which the reactor may be handling as the stream goes); dropped.
         assert!(poll_once(&mut stream).is_pending());
+        if k % 2 == 0 {
+            tx.send(0).unwrap();
+        }
         drop(stream);
         senders.push(tx);
     }
@@ -329,7 +333,8 @@ fn a_dropped_stream_closes_its_socket() {
         assert!(tx.send(1).is_err());
     }
     drop(senders);
-    assert!(open_fds() <= before, "{} open, {before} before", open_fds());
+    let after = open_fds();
+    assert!(after <= before, "{after} descriptors open, {before} before");
 }
 
 /// The waker that matters is the last poll's: a stream moved between tasks
@@ -417,6 +422,104 @@ async fn a_message_completed_while_the_stream_waits_comes_out() {
         let _raw = late.join().unwrap();
         tx.send(7).unwrap();
         assert_eq!(stream.next().await.unwrap().unwrap(), 7);
+    })
+    .await;
+}
+
+/// A waker that unparks a thread.
+struct Unpark(thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The smallest executor: polls `future` on this thread, parking between
+/// polls until its waker is woken.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        thread::park();
+    }
+}
+
+/// The stream needs nothing of tokio: under a thread-parking executor
+/// it waits and wakes the same way.
+#[test]
+fn a_stream_needs_no_particular_runtime() {
+    const N: u64 = 2_000;
+    let (tx, rx) = ipc::channel::<u64>().unwrap();
+    let sender = thread::spawn(move || {
+        for n in 0..N {
+            tx.send(n).unwrap();
+            if n % 100 == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let got: Vec<u64> = block_on(rx.to_stream().map(Result::unwrap).collect());
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    sender.join().unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn many_messages_arrive_in_order_on_a_current_thread_runtime() {
+    const N: u64 = 5_000;
+    let (tx, rx) = ipc::channel::<u64>().unwrap();
+    let sender = thread::spawn(move || {
+        for n in 0..N {
+            tx.send(n).unwrap();
+        }
+    });
+    let got: Vec<u64> = limited(rx.to_stream().map(Result::unwrap).collect()).await;
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    sender.join().unwrap();
+}
+
+/// Streams made, armed, woken and dropped while their messages are in
+/// flight, many at a time: each gets what was sent before it was dropped,
+/// in order, and nothing goes wrong in the reactor for the ones dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_come_and_go_while_messages_fly() {
+    limited(async {
+        for _round in 0..20 {
+            let mut tasks = Vec::new();
+            let mut senders = Vec::new();
+            for k in 0..16u64 {
+                let (tx, rx) = ipc::channel::<u64>().unwrap();
+                let sender = thread::spawn(move || {
+                    for n in 0.. {
+                        if tx.send(n).is_err() {
+                            return;
+                        }
+                        if n % 8 == 0 {
+                            thread::yield_now();
+                        }
+                    }
+                });
+                let mut stream = rx.to_stream();
+                tasks.push(tokio::spawn(async move {
+                    // Take a few, then drop the stream mid-flight.
+                    for n in 0..(k * 7) {
+                        assert_eq!(stream.next().await.unwrap().unwrap(), n);
+                    }
+                }));
+                senders.push(sender);
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+            // Every stream is gone: every sender sees it and ends.
+            for sender in senders {
+                sender.join().unwrap();
+            }
+        }
     })
     .await;
 }
