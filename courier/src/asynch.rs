@@ -136,7 +136,7 @@ pub struct IpcStream<T> {
     /// `&mut self` (`Mutex::get_mut`). It makes the stream `Sync`, as
     /// ipc-channel's is, without an `unsafe impl`.
     rx: Mutex<IpcReceiver<T>>,
-    /// The socket's place in the reactor, from the first poll that had to
+    /// The socket's place in the reactor, from the first poll that has to
     /// wait until the stream ends.
     registration: Option<Registration>,
     /// The stream has yielded `None`.
