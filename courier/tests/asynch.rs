@@ -1,7 +1,7 @@
 //! `courier::asynch`: IPC receivers as streams, under tokio.
 //!
-//! Every test runs within a time limit (a lost wake-up fails it instead of
-//! hanging). The cross-process test re-executes this binary
+//! Every test that waits on a stream does so within a time limit (a lost
+//! wake-up fails it instead of hanging). The cross-process test re-executes this binary
 //! (`/proc/self/exe`), as `ipc_xprocess.rs` does.
 #![cfg(feature = "async")]
 
@@ -22,8 +22,10 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_bytes::ByteBuf;
 
+mod watchdog;
 #[path = "common/wire.rs"]
 mod wire;
+use watchdog::with_watchdog;
 use wire::{fd_packet, header, raw_send, seqpacket_pair};
 
 const ROLE: &str = "COURIER_ASYNCH_ROLE";
@@ -39,6 +41,7 @@ async fn limited<F: Future>(test: F) -> F::Output {
         .expect("the stream stalled (a lost wake-up?)")
 }
 
+/// The number of descriptors this process has open.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -463,8 +466,10 @@ fn a_stream_needs_no_particular_runtime() {
             }
         }
     });
-    let got: Vec<u64> = block_on(rx.to_stream().map(Result::unwrap).collect());
-    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    with_watchdog("a_stream_needs_no_particular_runtime", LIMIT, move || {
+        let got: Vec<u64> = block_on(rx.to_stream().map(Result::unwrap).collect());
+        assert_eq!(got, (0..N).collect::<Vec<_>>());
+    });
     sender.join().unwrap();
 }
 
