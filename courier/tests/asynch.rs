@@ -353,9 +353,9 @@ async fn the_last_poll_s_waker_is_woken() {
     assert_eq!(limited(task).await.unwrap(), 42);
 }
 
-/// Readiness counts what the receiver holds in memory: several messages
-/// read off the socket by one receive are all handed out without the socket
-/// saying anything more.
+/// Bursts sent while the stream waits: each message of a burst comes out
+/// once, and after the burst the stream finds nothing and waits again (its
+/// socket armed anew after every wake-up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_of_a_burst_comes_out() {
     let (tx, rx) = ipc::channel::<u64>().unwrap();
