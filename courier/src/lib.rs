@@ -11,6 +11,9 @@
 //! [`fiber`] runs stackful tasks on pooled stacks over worker threads: a
 //! blocking call of `chan`, `ipc` or [`fiber::net`] parks the fiber, not its
 //! worker. [`buf`] is the scatter-gather iterator every transfer goes through.
+//! With feature `async`, `courier::asynch` turns an IPC receiver into a
+//! `futures_core::Stream` for any async runtime (`IpcReceiver::to_stream`,
+//! as in ipc-channel).
 //!
 //! # Between processes
 //!
@@ -49,6 +52,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "async")]
+pub mod asynch;
 pub mod buf;
 pub mod chan;
 pub mod fiber;
