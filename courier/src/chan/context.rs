@@ -26,7 +26,7 @@ use crate::sync::{thread, Arc};
 
 /// Identifies one operation of one blocked task: the address of something the task keeps alive
 /// (and in place) while it is registered, so two live operations never share an id.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) struct Operation(usize);
 
 impl Operation {
