@@ -256,8 +256,8 @@ fn local_channels_between_pinned_fibers_of_one_worker() {
 /// back (by key, not by a scan of every other waiter's).
 #[test]
 fn thousands_of_fibers_woken_by_one_disconnection() {
-    type Pair = (chan::Sender<u32>, chan::Receiver<u32>);
-    let flavors: [(&str, fn() -> Pair); 4] = [
+    type Make = fn() -> (chan::Sender<u32>, chan::Receiver<u32>);
+    let flavors: [(&str, Make); 4] = [
         ("bounded(0)", || chan::bounded(0)),
         ("bounded(1)", || chan::bounded(1)),
         ("bounded(8)", || chan::bounded(8)),
