@@ -53,6 +53,7 @@ pub mod buf;
 pub mod chan;
 pub mod fiber;
 pub mod ipc;
+pub mod router;
 mod sync;
 
 // ipc-channel's error types live at its crate root: so do these, so that

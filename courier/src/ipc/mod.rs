@@ -100,6 +100,7 @@ pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
+pub(crate) use self::select::SetEvent;
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
