@@ -93,6 +93,7 @@
 //! a decode, and the callback or the in-process send.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::mem;
 use std::panic::{self, AssertUnwindSafe};
@@ -173,12 +174,12 @@ enum Control {
 /// limit, which an untyped receiver would lose); returns its id there.
 type AddToSet = Box<dyn FnOnce(&mut IpcReceiverSet) -> io::Result<u64> + Send>;
 
-/// A route's callback, given every message decoded or not (with the wire
-/// layer's faults, which a forwarding route drops).
-type Deliver = Box<dyn FnMut(Result<IpcMessage, SerDeError>) + Send>;
+/// A route's callback, given every message (lent: decoded in place, its
+/// buffer receives the next one) or the wire layer's fault.
+type Deliver = Box<dyn FnMut(Result<&mut IpcMessage, SerDeError>) + Send>;
 
 /// A route's callback, given the first message.
-type DeliverOnce = Box<dyn FnOnce(Result<IpcMessage, SerDeError>) + Send>;
+type DeliverOnce = Box<dyn FnOnce(Result<&mut IpcMessage, SerDeError>) + Send>;
 
 /// What a route does with its messages.
 enum Route {
@@ -211,7 +212,7 @@ impl RouterProxy {
             wakeup_id,
             orders,
             woken: Arc::clone(&woken),
-            routes: HashMap::new(),
+            routes: Routes::default(),
         };
         let thread = thread::Builder::new()
             .name("courier-router".to_owned())
@@ -429,11 +430,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A route's message decoded as `T`.
-fn decode<T>(message: Result<IpcMessage, SerDeError>) -> Result<T, SerDeError>
+fn decode<T>(message: Result<&mut IpcMessage, SerDeError>) -> Result<T, SerDeError>
 where
     T: Serialize + for<'de> Deserialize<'de>,
 {
-    message.and_then(IpcMessage::to::<T>)
+    message.and_then(IpcMessage::decode_in_place::<T>)
 }
 
 // ===== the router thread =====
@@ -449,39 +450,82 @@ struct Router {
     /// See [`Comm::woken`].
     woken: Arc<AtomicBool>,
     /// Each route, under its receiver's id in `set`.
-    routes: HashMap<u64, Route>,
+    routes: Routes,
+}
+
+/// The routes by id: the set's ids are consecutive integers, which a
+/// multiplication spreads well enough (SipHash, `HashMap`'s default, cost
+/// about 150 instructions a message here).
+type Routes = HashMap<u64, Route, BuildHasherDefault<IdHasher>>;
+
+/// Hashes a route id: Fibonacci hashing (Knuth, TAOCP vol. 3, 6.4).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// What one select asked of the router beyond delivering messages: done
+/// once the select has returned, as they change the set.
+#[derive(Default)]
+struct After {
+    /// The wake-up channel had a packet: orders are queued.
+    orders: bool,
+    /// The wake-up channel closed (the proxy is gone).
+    stop: bool,
+    /// Routes whose callback panicked: their receivers leave the set.
+    failed: Vec<u64>,
 }
 
 impl Router {
     /// Serves the routes until a shutdown order, or until the set fails (a
     /// failing `epoll_wait`, which no input can cause: then the router
     /// stops and its routes are dropped, as at a shutdown).
+    ///
+    /// Each message is delivered as the set reads it, decoded in place in
+    /// the set's buffer: no allocation, and no batch of messages held.
     fn run(mut self) {
-        let mut events = Vec::new();
+        let mut after = After::default();
         loop {
-            if self.set.select_events(None, |e| events.push(e)).is_err() {
-                return;
-            }
-            for event in events.drain(..) {
-                match event {
-                    SetEvent::Message(id, _) | SetEvent::Malformed(id, _)
-                        if id == self.wakeup_id =>
-                    {
-                        if !self.take_orders() {
-                            return;
-                        }
-                    }
-                    // Only the proxy holds the wake-up's sender, and it
-                    // shuts the router down before it lets go of it.
-                    SetEvent::Closed(id, _) if id == self.wakeup_id => return,
-                    SetEvent::Message(id, message) => self.deliver(id, Ok(message)),
-                    SetEvent::Malformed(id, e) => self.deliver(id, Err(SerDeError::from(e))),
-                    SetEvent::Closed(id, _) => {
-                        if let Some(route) = self.routes.remove(&id) {
-                            drop_quietly(route);
-                        }
+            let (wakeup_id, routes) = (self.wakeup_id, &mut self.routes);
+            let selected = self.set.select_events(None, |event| match event {
+                SetEvent::Message(id, _) | SetEvent::Malformed(id, _) if id == wakeup_id => {
+                    after.orders = true;
+                }
+                // Only the proxy holds the wake-up's sender, and it shuts
+                // the router down before it lets go of it.
+                SetEvent::Closed(id, _) if id == wakeup_id => after.stop = true,
+                SetEvent::Message(id, message) => deliver(routes, id, Ok(message), &mut after),
+                SetEvent::Malformed(id, e) => {
+                    deliver(routes, id, Err(SerDeError::from(e)), &mut after);
+                }
+                SetEvent::Closed(id, _) => {
+                    if let Some(route) = routes.remove(&id) {
+                        drop_quietly(route);
                     }
                 }
+            });
+            if selected.is_err() || after.stop {
+                return;
+            }
+            for id in after.failed.drain(..) {
+                self.set.remove(id);
+            }
+            if mem::take(&mut after.orders) && !self.take_orders() {
+                return;
             }
         }
     }
@@ -509,28 +553,34 @@ impl Router {
         }
         true
     }
+}
 
-    /// Hands a message of route `id` to its callback. A callback that panics
-    /// loses its route (see the module docs).
-    fn deliver(&mut self, id: u64, message: Result<IpcMessage, SerDeError>) {
-        // (A route removed earlier in this batch has no callback left.)
-        let Some(route) = self.routes.get_mut(&id) else {
-            return;
-        };
-        let outcome = match route {
-            Route::Multi(deliver) => panic::catch_unwind(AssertUnwindSafe(|| deliver(message))),
-            Route::Once(deliver) => match deliver.take() {
-                Some(deliver) => panic::catch_unwind(AssertUnwindSafe(|| deliver(message))),
-                None => Ok(()),
-            },
-        };
-        if let Err(payload) = outcome {
-            drop_quietly(payload);
-            if let Some(route) = self.routes.remove(&id) {
-                drop_quietly(route);
-            }
-            self.set.remove(id);
+/// Hands a message of route `id` to its callback. A callback that panics
+/// loses its route (see the module docs): its callback is dropped here, and
+/// its id noted in `after` for its receiver to leave the set.
+fn deliver(
+    routes: &mut Routes,
+    id: u64,
+    message: Result<&mut IpcMessage, SerDeError>,
+    after: &mut After,
+) {
+    // (A route removed earlier in this select has no callback left.)
+    let Some(route) = routes.get_mut(&id) else {
+        return;
+    };
+    let outcome = match route {
+        Route::Multi(deliver) => panic::catch_unwind(AssertUnwindSafe(|| deliver(message))),
+        Route::Once(deliver) => match deliver.take() {
+            Some(deliver) => panic::catch_unwind(AssertUnwindSafe(|| deliver(message))),
+            None => Ok(()),
+        },
+    };
+    if let Err(payload) = outcome {
+        drop_quietly(payload);
+        if let Some(route) = routes.remove(&id) {
+            drop_quietly(route);
         }
+        after.failed.push(id);
     }
 }
 

@@ -60,13 +60,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
+use std::mem;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::err::TrySelectError;
 use super::platform::{OsReceiver, Poller, RecvError, Wait};
-use super::{Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver, WireError};
+use super::{
+    Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver, WireError, KEEP_MSG_BUF,
+};
 
 /// Messages one select takes from one channel at most; a channel with more
 /// is reported again by the next select.
@@ -90,6 +93,10 @@ pub struct IpcReceiverSet {
     /// Only a read changes what a member holds, so this is updated there
     /// and a wait looks at no other member.
     held: Vec<(u64, Instant)>,
+    /// The receive buffer a [`select_events`](Self::select_events) sink
+    /// left in its message (it decoded the message in place): the next read
+    /// goes into it, so that a router allocates nothing per message.
+    spare: Vec<u8>,
 }
 
 #[allow(unsafe_code)]
@@ -146,6 +153,7 @@ impl IpcReceiverSet {
             keys: Vec::new(),
             reads: 0,
             held: Vec::new(),
+            spare: Vec::new(),
         })
     }
 
@@ -221,6 +229,7 @@ impl IpcReceiverSet {
         let mut error = None;
         self.select_events(deadline, |event| match event {
             SetEvent::Message(id, message) => {
+                let message = mem::replace(message, IpcMessage::from_data(Vec::new()));
                 results.push(IpcSelectionResult::MessageReceived(id, message));
             }
             SetEvent::Closed(id, failure) => {
@@ -251,10 +260,14 @@ impl IpcReceiverSet {
     /// its channel: the form of a select in which each fault belongs to a
     /// channel (the router hands it to that channel's handler). Returns after
     /// one read that gave at least one event, or at the deadline.
+    ///
+    /// A message is lent to the sink: what the sink leaves of its bytes
+    /// (having decoded them, or taken its descriptors) is the buffer the
+    /// next message is received into, up to 16 MiB of it.
     pub(crate) fn select_events(
         &mut self,
         deadline: Option<Instant>,
-        mut sink: impl FnMut(SetEvent),
+        mut sink: impl FnMut(SetEvent<'_>),
     ) -> Result<(), io::Error> {
         loop {
             // A member holding a complete message, or one whose waiting
@@ -315,7 +328,7 @@ impl IpcReceiverSet {
     /// failure. A member whose read fails otherwise (a malformed message: its
     /// channel stays usable) is left for this call and the others are read
     /// all the same, so that a peer sending garbage cannot starve them.
-    fn read_ready(&mut self, sink: &mut impl FnMut(SetEvent)) -> usize {
+    fn read_ready(&mut self, sink: &mut impl FnMut(SetEvent<'_>)) -> usize {
         self.reads += 1;
         let several = self.keys.len() > 1;
         let mut events = 0;
@@ -329,19 +342,20 @@ impl IpcReceiverSet {
             let most = if drain { DRAIN_LIMIT } else { 1 };
             member.dry = false;
             for _ in 0..most {
-                let mut data = Vec::new();
+                let mut data = mem::take(&mut self.spare);
                 match member.os.recv_into(&mut data, Wait::Poll, limit) {
                     Ok(channels) => {
                         member.last_read = self.reads;
                         events += 1;
-                        sink(SetEvent::Message(
-                            id,
-                            IpcMessage {
-                                data,
-                                channels,
-                                limit: Some(limit),
-                            },
-                        ));
+                        let mut message = IpcMessage {
+                            data,
+                            channels,
+                            limit: Some(limit),
+                        };
+                        sink(SetEvent::Message(id, &mut message));
+                        if message.data.capacity() <= KEEP_MSG_BUF {
+                            self.spare = message.data;
+                        }
                     }
                     Err(RecvError::Empty) => {
                         member.dry = true;
@@ -381,9 +395,10 @@ impl IpcReceiverSet {
 
 /// What one member of a set gave a read: [`IpcReceiverSet::select_events`]'
 /// results, where a malformed message belongs to its channel.
-pub(crate) enum SetEvent {
-    /// A message from the receiver of this id.
-    Message(u64, IpcMessage),
+pub(crate) enum SetEvent<'a> {
+    /// A message from the receiver of this id, lent to the sink (which may
+    /// take it, or decode it in place with [`IpcMessage::decode_in_place`]).
+    Message(u64, &'a mut IpcMessage),
     /// The receiver of this id left the set: every sender is gone (`None`),
     /// or its socket failed (the error).
     Closed(u64, Option<io::Error>),
