@@ -11,6 +11,9 @@
 //! [`fiber`] runs stackful tasks on pooled stacks over worker threads: a
 //! blocking call of `chan`, `ipc` or [`fiber::net`] parks the fiber, not its
 //! worker. [`buf`] is the scatter-gather iterator every transfer goes through.
+//! [`router`] serves many IPC receivers from one thread, handing their
+//! messages to callbacks or forwarding them into `chan` channels, as
+//! ipc-channel's router does.
 //!
 //! # Between processes
 //!
