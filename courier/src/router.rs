@@ -59,9 +59,9 @@
 //! wire layer's faults, [`SerDeError::wire_error`] names it); the channel
 //! stays usable and the next message is delivered as usual. A forwarding
 //! route drops such a message (its channel can only carry a `T`) and goes
-//! on. ipc-channel's router stops for good at a wire fault, and its
-//! forwarding routes panic the router's thread at a message that does not
-//! decode, which silently ends every route.
+//! on. ipc-channel's router thread ends at the first error its receiver
+//! set reports, and its forwarding routes panic that thread at a message
+//! that does not decode: either silently ends every route.
 //!
 //! # Panics in callbacks
 //!
