@@ -519,6 +519,31 @@ fn malformed_messages_reach_the_callback_as_errors() {
     });
 }
 
+#[test]
+fn a_message_past_the_receivers_limit_reaches_the_callback_as_an_error() {
+    run("size_limit", || {
+        let router = RouterProxy::new();
+        let (tx, rx) = ipc::channel::<Vec<u8>>().unwrap();
+        // The route keeps the receiver's own limit.
+        rx.set_max_message_size(1024);
+        let (out_tx, out_rx) = chan::unbounded();
+        router.add_typed_route(
+            rx,
+            Box::new(move |bytes| out_tx.send(bytes.map(|b| b.len())).unwrap()),
+        );
+        tx.send(vec![7; 4096]).unwrap();
+        tx.send(vec![7; 16]).unwrap();
+        let err = recv(&out_rx).unwrap_err();
+        assert!(
+            matches!(err.wire_error(), Some(WireError::TooLarge { .. })),
+            "{err}"
+        );
+        assert_eq!(recv(&out_rx).unwrap(), 16);
+        drop(tx);
+        assert_disconnected(&out_rx);
+    });
+}
+
 #[cfg(feature = "crossbeam-channel")]
 #[test]
 fn forwarding_routes_drop_malformed_messages() {
