@@ -13,7 +13,9 @@
 //! worker. [`buf`] is the scatter-gather iterator every transfer goes through.
 //! [`router`] serves many IPC receivers from one thread, handing their
 //! messages to callbacks or forwarding them into `chan` channels, as
-//! ipc-channel's router does.
+//! ipc-channel's router does. With feature `async`, `courier::asynch` turns
+//! an IPC receiver into a `futures_core::Stream` for any async runtime
+//! (`IpcReceiver::to_stream`, as in ipc-channel).
 //!
 //! # Between processes
 //!
@@ -52,6 +54,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "async")]
+pub mod asynch;
 pub mod buf;
 pub mod chan;
 pub mod fiber;

@@ -305,6 +305,14 @@ where
         OpaqueIpcReceiver { os: self.os }
     }
 
+    /// When this receiver must be read again even if its socket stays
+    /// quiet: it holds a message its socket's readiness will not announce
+    /// (see `OsReceiver::due`). For waiters on the socket other than `recv`.
+    #[cfg(feature = "async")]
+    pub(crate) fn due(&self) -> Option<Instant> {
+        self.os.due()
+    }
+
     fn recv_wait(&self, wait: Wait) -> Result<T, TryRecvError> {
         // The thread's buffer, as in `IpcSender::send` (a nested receive,
         // from a `Deserialize` impl, finds it empty and uses its own).
