@@ -142,6 +142,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     ));
     receiver_sets(ctx)?;
     shared_memory(ctx)?;
+    super::ipc_router::run(ctx)?;
     round_trips(ctx)?;
     super::ipc_stream::run(ctx)
 }

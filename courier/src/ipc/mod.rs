@@ -90,6 +90,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::marker::PhantomData;
+use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,7 @@ pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
 use self::platform::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
+pub(crate) use self::select::SetEvent;
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
@@ -518,6 +520,22 @@ impl IpcMessage {
         };
         let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
         handles::deserialize_message(parts, self.channels, &Cell::new(None), limit)
+    }
+
+    /// [`to`](Self::to), leaving the bytes in place (the descriptors go to
+    /// the value), so that the buffer can receive the next message.
+    pub(crate) fn decode_in_place<T>(&mut self) -> Result<T, SerDeError>
+    where
+        T: for<'de> Deserialize<'de> + Serialize,
+    {
+        let parts = Parts {
+            head: &self.data,
+            string: None,
+            tail: &[],
+        };
+        let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
+        let channels = mem::take(&mut self.channels);
+        handles::deserialize_message(parts, channels, &Cell::new(None), limit)
     }
 }
 
