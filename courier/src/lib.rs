@@ -11,6 +11,11 @@
 //! [`fiber`] runs stackful tasks on pooled stacks over worker threads: a
 //! blocking call of `chan`, `ipc` or [`fiber::net`] parks the fiber, not its
 //! worker. [`buf`] is the scatter-gather iterator every transfer goes through.
+//! [`router`] serves many IPC receivers from one thread, handing their
+//! messages to callbacks or forwarding them into `chan` channels, as
+//! ipc-channel's router does. With feature `async`, `courier::asynch` turns
+//! an IPC receiver into a `futures_core::Stream` for any async runtime
+//! (`IpcReceiver::to_stream`, as in ipc-channel).
 //!
 //! # Between processes
 //!
@@ -49,10 +54,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "async")]
+pub mod asynch;
 pub mod buf;
 pub mod chan;
 pub mod fiber;
 pub mod ipc;
+pub mod router;
 mod sync;
 
 // ipc-channel's error types live at its crate root: so do these, so that

@@ -251,6 +251,48 @@ fn local_channels_between_pinned_fibers_of_one_worker() {
     });
 }
 
+/// Thousands of fibers parked on one channel of each flavor, all woken by
+/// its disconnection: each gets `Disconnected` and takes its wait-list entry
+/// back (by key, not by a scan of every other waiter's).
+#[test]
+fn thousands_of_fibers_woken_by_one_disconnection() {
+    type Make = fn() -> (chan::Sender<u32>, chan::Receiver<u32>);
+    let flavors: [(&str, Make); 4] = [
+        ("bounded(0)", || chan::bounded(0)),
+        ("bounded(1)", || chan::bounded(1)),
+        ("bounded(8)", || chan::bounded(8)),
+        ("unbounded", chan::unbounded),
+    ];
+    for (name, make) in flavors {
+        with_watchdog(name, Duration::from_secs(60), move || {
+            let rt = runtime(2);
+            let disconnected = rt.block_on(move || {
+                let (tx, rx) = make();
+                let parked = Arc::new(AtomicUsize::new(0));
+                let fibers: Vec<_> = (0..5_000)
+                    .map(|_| {
+                        let (rx, parked) = (rx.clone(), parked.clone());
+                        fiber::spawn(move || {
+                            parked.fetch_add(1, Ordering::Relaxed);
+                            rx.recv().is_err()
+                        })
+                    })
+                    .collect();
+                while parked.load(Ordering::Relaxed) < 5_000 {
+                    fiber::yield_now();
+                }
+                drop(tx);
+                fibers
+                    .into_iter()
+                    .map(|f| f.join().unwrap())
+                    .filter(|&d| d)
+                    .count()
+            });
+            assert_eq!(disconnected, 5_000, "{name}");
+        });
+    }
+}
+
 #[test]
 fn ten_thousand_fibers_in_a_ring() {
     with_watchdog("ring", Duration::from_secs(120), || {

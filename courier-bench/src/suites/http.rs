@@ -217,6 +217,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let p99 = Summary::of(&latencies[i]).map_or(f64::NAN, |s| s.p99);
         ctx.record_value(&case, subject, "p99_ns", "ns", p99);
     }
+    ab_once(ctx, &servers, &failed, connections);
     ctx.note(format!(
         "every server runs in a child process with {workers} worker threads; the load \
          generator (tokio, {} client thread(s)) in this one: {connections} keep-alive \
@@ -225,6 +226,77 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         load.threads
     ));
     Ok(())
+}
+
+/// The requests of the seed's own `ab` run.
+const AB_REQUESTS: u64 = 100_000;
+
+/// Loads every server once with the seed's own tool, `ab -k -c <connections>
+/// -n 100000` (Debian's apache2-utils), if it is installed: case
+/// `small_c<connections>_ab`, one figure a server (`ab` has one thread, so
+/// it measures its own ceiling as much as the servers: see the module docs).
+fn ab_once(ctx: &mut Ctx, servers: &[Server], failed: &[bool], connections: u64) {
+    let case = Case::new(format!("small_c{connections}_ab")).tasks(connections);
+    if !ctx.wants(&case) {
+        return;
+    }
+    let installed = std::process::Command::new("ab")
+        .arg("-V")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        ctx.note(format!(
+            "{}: `ab` (apache2-utils) is not installed: skipped",
+            case.name()
+        ));
+        return;
+    }
+    for (server, _) in servers.iter().zip(failed).filter(|(_, &failed)| !failed) {
+        ctx.status(format!("{} · {}", case.name(), server.subject));
+        let url = format!("http://{}/small", server.addr);
+        let output = std::process::Command::new("ab")
+            .args(["-q", "-k", "-c", &connections.to_string()])
+            .args(["-n", &AB_REQUESTS.to_string(), &url])
+            .output();
+        let text = match output {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Ok(out) => {
+                ctx.note(format!(
+                    "{} · {}: ab failed: {}",
+                    case.name(),
+                    server.subject,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+                continue;
+            }
+            Err(e) => {
+                ctx.note(format!("{} · {}: ab: {e}", case.name(), server.subject));
+                continue;
+            }
+        };
+        let field = |name: &str| -> Option<f64> {
+            let line = text.lines().find(|l| l.starts_with(name))?;
+            line[name.len()..].split_whitespace().next()?.parse().ok()
+        };
+        match (field("Requests per second:"), field("Failed requests:")) {
+            (Some(per_s), Some(0.0)) => {
+                ctx.record_value(&case, server.subject, "requests_per_s", "req/s", per_s);
+            }
+            (_, failures) => ctx.note(format!(
+                "{} · {}: ab reported {} failed requests, or no rate: not recorded",
+                case.name(),
+                server.subject,
+                failures.map_or("?".to_string(), |f| f.to_string())
+            )),
+        }
+    }
+    ctx.note(format!(
+        "{}: `ab -k -c {connections} -n {AB_REQUESTS}` once against each server, after the \
+         rounds above (one client thread: its own ceiling shows)",
+        case.name()
+    ));
 }
 
 /// A hello server in a child process.

@@ -51,6 +51,9 @@
 //! 4 KiB and 64 KiB, plus 1 MiB and 8 MiB, where courier's
 //! whole-message region and ipc-channel's fragment stream part ways: on one
 //! CPU the fragments' small hot kernel buffer wins, on two the region does.
+//!
+//! # `stream`: async streams under tokio
+//! See `ipc_stream.rs`.
 
 use std::hint::black_box;
 use std::io::IoSlice;
@@ -139,7 +142,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     ));
     receiver_sets(ctx)?;
     shared_memory(ctx)?;
-    round_trips(ctx)
+    super::ipc_router::run(ctx)?;
+    round_trips(ctx)?;
+    super::ipc_stream::run(ctx)
 }
 
 /// `shm_<size>` and `shm_new_<size>`: see the module docs.

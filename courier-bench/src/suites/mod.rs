@@ -84,6 +84,8 @@ pub mod fiber;
 pub mod floor;
 pub mod http;
 pub mod ipc;
+mod ipc_router;
+mod ipc_stream;
 pub mod iter;
 pub mod ring;
 mod ring_fiber;
@@ -206,6 +208,10 @@ pub static ROLES: &[Role] = &[
     Role {
         name: http::SERVE,
         run: http::serve,
+    },
+    Role {
+        name: ring_fiber::MAY_W2,
+        run: ring_fiber::may_w2_child,
     },
 ];
 

@@ -8,9 +8,11 @@
 //! channels are `bounded(1)`. Subjects: `courier` (`chan` between fibers of
 //! a runtime of one or two workers), `courier-local` (one worker,
 //! `chan::local` between pinned fibers: no atomics), and `may` (its
-//! coroutines and channels, one worker). The clock starts once every fiber
+//! coroutines and channels, one or two workers; its unbounded channels, as
+//! it has no bounded one). The clock starts once every fiber
 //! is spawned and waiting at a gate, and stops when the last has finished.
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,8 +112,9 @@ fn may_ring(n: usize, per_task: usize, one_token: bool) -> Duration {
         let (mut txs, rxs): (Vec<_>, Vec<_>) =
             (0..n).map(|_| may::sync::mpsc::channel::<u64>()).unzip();
         txs.rotate_left(1);
-        let (gate_tx, gate) = may::sync::mpsc::channel::<()>();
-        let gate = Arc::new(gate);
+        // Every coroutine waits at the gate: a channel of many receivers
+        // (may's mpsc receiver takes one at a time, and two workers hang it).
+        let (gate_tx, gate) = may::sync::mpmc::channel::<()>();
         let coroutines: Vec<_> = txs
             .into_iter()
             .zip(rxs)
@@ -143,6 +146,45 @@ fn may_ring(n: usize, per_task: usize, one_token: bool) -> Duration {
     })
     .join()
     .expect("may ring")
+}
+
+/// The child role that runs [`may_ring`] on two workers (may's worker count
+/// is process-wide and fixed at its first use, and this process uses one).
+pub(crate) const MAY_W2: &str = "ring-may-w2";
+
+/// Child: `ring-may-w2 <n> <per_task> <one_token>`; writes the ring's time
+/// in nanoseconds to descriptor 3.
+pub(crate) fn may_w2_child(args: &[String]) -> crate::harness::Result<()> {
+    crate::harness::child::die_with_parent()?;
+    let arg = |i: usize| {
+        args.get(i)
+            .ok_or(format!("{MAY_W2}: {} arguments, not 3", args.len()))
+    };
+    let n: usize = arg(0)?.parse()?;
+    let per_task: usize = arg(1)?.parse()?;
+    let one_token: bool = arg(2)?.parse()?;
+    may::config().set_workers(2);
+    let took = may_ring(n, per_task, one_token);
+    let mut out = std::fs::File::from(crate::harness::child::inherited_fd(0)?);
+    std::io::Write::write_all(&mut out, took.as_nanos().to_string().as_bytes())?;
+    Ok(())
+}
+
+/// [`may_ring`] on two workers, in a child process.
+fn may_ring_w2(n: usize, per_task: usize, one_token: bool) -> Option<Duration> {
+    let run = || -> crate::harness::Result<Duration> {
+        let (mut reader, writer) = std::io::pipe()?;
+        let args = [n.to_string(), per_task.to_string(), one_token.to_string()];
+        let peer = crate::harness::child::spawn(MAY_W2, &args, &[writer.as_fd()])?;
+        drop(writer);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut out)?;
+        peer.wait()?;
+        Ok(Duration::from_nanos(out.trim().parse()?))
+    };
+    run()
+        .map_err(|e| eprintln!("may ring on two workers: {e}"))
+        .ok()
 }
 
 /// Whether `n` may coroutines fit under this process's `vm.max_map_count`
@@ -184,6 +226,12 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
                     "courier",
                     Box::new(move |m| Some(courier_ring(&rt, n, (m / n).max(1), one_token))),
                 )];
+                if workers == 2 && may_fits(n) {
+                    subjects.push((
+                        "may",
+                        Box::new(move |m| may_ring_w2(n, (m / n).max(1), one_token)),
+                    ));
+                }
                 if workers == 1 {
                     let local = one.clone();
                     subjects.push((
@@ -205,7 +253,8 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
     ctx.note(format!(
         "fiber rings: {messages} messages a sample, bounded(1) channels; ring_fiber: every fiber \
          sends then receives (n messages circulate), ring_fiber1: one token (a hand-off a hop); \
-         w1/w2: one or two worker threads; may: one worker (its configuration is process-wide)"
+         w1/w2: one or two worker threads (may's two-worker rings run in a child process: its \
+         worker count is process-wide)"
     ));
     Ok(())
 }

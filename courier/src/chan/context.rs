@@ -26,7 +26,7 @@ use crate::sync::{thread, Arc};
 
 /// Identifies one operation of one blocked task: the address of something the task keeps alive
 /// (and in place) while it is registered, so two live operations never share an id.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) struct Operation(usize);
 
 impl Operation {
@@ -214,6 +214,24 @@ impl Context {
     #[cfg(loom)]
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
         f(&Context::for_thread())
+    }
+
+    /// The context as a pointer that owns one reference (for a waiter kept in an atomic word).
+    #[cfg_attr(loom, allow(dead_code))] // its caller (the fiber runtime) is left out of loom
+    pub(crate) fn into_raw(self) -> *const () {
+        Arc::into_raw(self.inner).cast()
+    }
+
+    /// The context a pointer from [`into_raw`](Self::into_raw) owns.
+    ///
+    /// # Safety
+    /// `raw` came from `into_raw`, and its reference is taken over once.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) unsafe fn from_raw(raw: *const ()) -> Context {
+        Context {
+            // SAFETY: the caller's contract: an `Arc<Inner>` pointer with one reference.
+            inner: unsafe { Arc::from_raw(raw.cast::<Inner>()) },
+        }
     }
 
     /// Claims the wait for `sel` if it is still waiting. On failure, returns who claimed it.
@@ -511,11 +529,14 @@ impl fmt::Debug for TaskContext {
 impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
+        TaskContext::shared(std::sync::Arc::new(parker))
+    }
+
+    /// The context of a task that sleeps and wakes through a `Park` it shares (a fiber's
+    /// control block, say, which is its own `Park`).
+    pub(crate) fn shared(parker: std::sync::Arc<dyn Park>) -> TaskContext {
         TaskContext {
-            cx: Context::new(
-                Parker::Task(TaskParker::new(Box::new(parker))),
-                next_task_id(),
-            ),
+            cx: Context::new(Parker::Task(TaskParker::new(parker)), next_task_id()),
             _not_sync: std::marker::PhantomData,
         }
     }

@@ -138,6 +138,11 @@ impl Side {
         if let Some(w) = first {
             wake(w);
         }
+        if self.selecting.borrow().is_empty() {
+            // The common case, a task parked in `send` or `recv`: no select to look at.
+            self.waiting.set(!self.parked.borrow().is_empty());
+            return;
+        }
         let (chosen, observers) = {
             let mut selecting = self.selecting.borrow_mut();
             let chosen = if woke { None } else { selecting.try_select() };

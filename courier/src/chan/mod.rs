@@ -163,7 +163,7 @@ macro_rules! receiver_iterators {
 }
 
 mod backoff;
-mod context;
+pub(crate) mod context;
 mod err;
 pub(crate) mod flavors;
 pub mod local;

@@ -100,7 +100,9 @@ pub(crate) enum Parker {
 /// A scheduler task's [`Park`], and whether the task is inside one of the methods it runs
 /// itself (`park`, `yield_now`). Every call aborts the process if it unwinds (see [`Park`]).
 pub(crate) struct TaskParker {
-    park: Box<dyn Park>,
+    /// Shared, so that a scheduler's task may be its own `Park` (a fiber's control block,
+    /// which the scheduler holds by `Arc` anyway) with no allocation of its own.
+    park: std::sync::Arc<dyn Park>,
     /// Set while the task runs `park` or `yield_now`: a channel operation in there is the
     /// scheduler's own, and acts as the thread's
     /// ([`Context::current_task`](super::context::Context::current_task) leaves the task out).
@@ -109,7 +111,7 @@ pub(crate) struct TaskParker {
 }
 
 impl TaskParker {
-    pub(super) fn new(park: Box<dyn Park>) -> TaskParker {
+    pub(super) fn new(park: std::sync::Arc<dyn Park>) -> TaskParker {
         TaskParker {
             park,
             inside: std::sync::atomic::AtomicBool::new(false),
@@ -119,7 +121,9 @@ impl TaskParker {
     /// Runs one of the methods the task calls on itself, marked as inside.
     fn run_inside<R>(&self, f: impl FnOnce(&dyn Park) -> R) -> R {
         use std::sync::atomic::Ordering::Relaxed;
-        let was_inside = self.inside.swap(true, Relaxed);
+        // Only the task's own thread touches the flag: a load and a store, not a locked swap.
+        let was_inside = self.inside.load(Relaxed);
+        self.inside.store(true, Relaxed);
         let out = no_unwind(|| f(&*self.park));
         self.inside.store(was_inside, Relaxed);
         out

@@ -56,12 +56,14 @@
 //! `sysctl -w vm.max_map_count=2100000`.
 
 mod blocking;
+mod join;
 pub mod net;
 mod sched;
 mod stack;
 mod state;
 
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -249,8 +251,11 @@ impl Builder {
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
-        let result = sched::spawn_on(rt, self.name, home, self.stack_size, f)?;
-        Ok(JoinHandle { result })
+        let fiber = sched::spawn_on(rt, self.name, home, self.stack_size, f)?;
+        Ok(JoinHandle {
+            from: Source::Fiber(fiber),
+            _result: PhantomData,
+        })
     }
 }
 
@@ -306,21 +311,38 @@ where
 
 /// Waits for a fiber to finish, from a fiber (which parks) or a thread.
 pub struct JoinHandle<T> {
-    result: oneshot::Receiver<std::thread::Result<T>>,
+    from: Source<T>,
+    /// `Send` and `Sync` as the result is.
+    _result: PhantomData<T>,
 }
 
-impl<T> JoinHandle<T> {
+/// Where a handle's result comes from.
+enum Source<T> {
+    /// A fiber's own slot (see `join.rs`).
+    Fiber(Arc<sched::Fiber>),
+    /// A thread of the blocking pool.
+    Blocking(oneshot::Receiver<std::thread::Result<T>>),
+}
+
+impl<T: 'static> JoinHandle<T> {
     /// Waits for the fiber and returns its value, or the panic it ended with.
     pub fn join(self) -> std::thread::Result<T> {
-        match self.result.recv() {
-            Ok(result) => result,
-            Err(_) => Err(sched::lost()),
+        match self.from {
+            Source::Fiber(fiber) => fiber.join.join().map(|value| {
+                *value
+                    .downcast::<T>()
+                    .unwrap_or_else(|_| unreachable!("a fiber's result has its handle's type"))
+            }),
+            Source::Blocking(result) => result.recv().unwrap_or_else(|_| Err(sched::lost())),
         }
     }
 
     /// Whether the fiber has finished.
     pub fn is_finished(&self) -> bool {
-        self.result.is_ready()
+        match &self.from {
+            Source::Fiber(fiber) => fiber.join.is_done(),
+            Source::Blocking(result) => result.is_ready(),
+        }
     }
 }
 
@@ -344,7 +366,10 @@ where
         let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         let _ = done.send(value);
     }));
-    JoinHandle { result }
+    JoinHandle {
+        from: Source::Blocking(result),
+        _result: PhantomData,
+    }
 }
 
 /// Lets the other ready fibers of this worker run, then goes on (a thread:

@@ -58,9 +58,10 @@ use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
 
+use super::join::JoinSlot;
 use super::stack::{self, PooledStack};
 use super::state::State;
-use crate::chan::{self, Park, TaskContext};
+use crate::chan::{Park, TaskContext};
 
 /// Why a fiber suspended.
 enum Suspend {
@@ -88,6 +89,8 @@ pub(crate) struct Fiber {
     yielder: Cell<*const Yielder<(), Suspend>>,
     /// Touched only by the worker that runs the fiber, while it does.
     run: UnsafeCell<Running>,
+    /// Its result, for the one that joins it.
+    pub(crate) join: JoinSlot,
 }
 
 struct Running {
@@ -123,20 +126,26 @@ impl Drop for Running {
     }
 }
 
-/// What a fiber's `Park` is: the fiber itself.
-struct FiberPark(Arc<Fiber>);
-
-impl Park for FiberPark {
+/// A fiber is its own `Park` (its task context shares the fiber's `Arc`).
+impl Park for Fiber {
     fn park(&self, deadline: Option<Instant>) {
-        park_current(&self.0, deadline);
+        park_current(self, deadline);
     }
 
     fn unpark(&self) {
-        unpark(&self.0);
+        if self.state.unpark() {
+            // SAFETY: every fiber lives in an `Arc` (`spawn_on` makes it so),
+            // and `self` is borrowed from one of its handles for this call:
+            // one more strong count, owned by the run queue it goes on.
+            schedule(unsafe {
+                Arc::increment_strong_count(self);
+                Arc::from_raw(self)
+            });
+        }
     }
 
     fn yield_now(&self) {
-        suspend(&self.0, Suspend::Yield);
+        suspend(self, Suspend::Yield);
     }
 
     fn may_spin(&self) -> bool {
@@ -241,20 +250,24 @@ fn schedule(fiber: Arc<Fiber>) {
     // SAFETY: a non-null pointer names this thread's worker, alive while it
     // runs (the pointer is cleared before it goes).
     let here = (!here.is_null()).then(|| unsafe { &*here });
+    let here = here.filter(|w| Arc::ptr_eq(&w.rt, &fiber.rt));
+    let home = fiber.home.load(Ordering::Relaxed);
+    if let Some(w) = here.filter(|w| w.index == home) {
+        // The usual case, a fiber woken by another of its worker's: no
+        // shared queue, no atomic.
+        w.pinned.borrow_mut().push_back(fiber);
+        return;
+    }
     let rt = Arc::clone(&fiber.rt);
-    let here = here.filter(|w| Arc::ptr_eq(&w.rt, &rt));
-    match (here, fiber.home.load(Ordering::Relaxed)) {
-        (Some(w), home) if w.index == home => w.pinned.borrow_mut().push_back(fiber),
-        (_, NO_HOME) => match here {
-            Some(w) => {
-                w.local.push(fiber);
-                rt.wake_one();
-            }
-            None => {
-                rt.injector.push(fiber);
-                rt.wake_one();
-            }
-        },
+    match (here, home) {
+        (Some(w), NO_HOME) => {
+            w.local.push(fiber);
+            rt.wake_one();
+        }
+        (None, NO_HOME) => {
+            rt.injector.push(fiber);
+            rt.wake_one();
+        }
         (_, home) => {
             rt.inboxes[home].push(fiber);
             rt.wake(home);
@@ -290,7 +303,8 @@ struct Reactor {
 
 /// The token of a reactor's `eventfd`.
 const WAKE_TOKEN: u64 = 0;
-/// Turns of fibers between two looks at the reactor while fibers are ready.
+/// Turns of fibers between two looks at the timers and the reactor while
+/// fibers are ready.
 const POLL_EVERY: u32 = 61;
 
 impl Reactor {
@@ -489,19 +503,18 @@ pub(crate) fn spawn_on<T, F>(
     home: Option<usize>,
     stack_size: Option<usize>,
     f: F,
-) -> io::Result<chan::oneshot::Receiver<thread::Result<T>>>
+) -> io::Result<Arc<Fiber>>
 where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
     let stack = stack::take(stack_size.unwrap_or(rt.stack_size))?;
-    let (done, result) = chan::oneshot();
     let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
         let me = current().expect("a fiber starts on its worker");
         me.yielder.set(yielder);
-        let value = catch_unwind(AssertUnwindSafe(f));
-        // The joiner may be gone; the value is dropped then.
-        let _ = done.send(value);
+        let outcome =
+            catch_unwind(AssertUnwindSafe(f)).map(|value| Box::new(value) as Box<dyn Any>);
+        me.join.finish(outcome);
     });
     let fiber = Arc::new(Fiber {
         state: State::queued(),
@@ -513,12 +526,13 @@ where
             coroutine: Some(coroutine),
             task: None,
         }),
+        join: JoinSlot::new(),
     });
-    let task = TaskContext::new(FiberPark(Arc::clone(&fiber)));
+    let task = TaskContext::shared(Arc::clone(&fiber) as Arc<dyn Park>);
     // SAFETY: no one else has the fiber yet.
     unsafe { (*fiber.run.get()).task = Some(task) };
-    schedule(fiber);
-    Ok(result)
+    schedule(Arc::clone(&fiber));
+    Ok(fiber)
 }
 
 impl Fiber {
@@ -571,7 +585,7 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
         }
         CoroutineResult::Return(()) => {
             // Done: the stack goes back to the pool, and the fiber's task
-            // (which holds the fiber) is let go.
+            // (which holds the fiber, its `Park`) is let go.
             // SAFETY: as above; the coroutine finished on this worker.
             let running = unsafe { &mut *fiber.run.get() };
             if let Some(coroutine) = running.coroutine.take() {
@@ -661,12 +675,19 @@ fn work(w: &WorkerState) {
     loop {
         if let Some(fiber) = find_work(w) {
             run(w, fiber);
-            // Descriptors are looked at now and then even while fibers are
-            // ready, so that a busy worker does not starve its waiting ones.
+            // Timers and descriptors are looked at now and then even while
+            // fibers are ready, so that a busy worker (a fiber that yields
+            // in a loop, say) does not starve its waiting ones.
             let turns = w.since_poll.get() + 1;
             w.since_poll.set(turns);
-            if turns >= POLL_EVERY && !w.io_waits.borrow().is_empty() {
-                poll_reactor(w, Some(std::time::Duration::ZERO));
+            if turns >= POLL_EVERY {
+                w.since_poll.set(0);
+                if !w.timers.borrow().is_empty() {
+                    fire_timers(w);
+                }
+                if !w.io_waits.borrow().is_empty() {
+                    poll_reactor(w, Some(std::time::Duration::ZERO));
+                }
             }
             continue;
         }

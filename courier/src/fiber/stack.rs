@@ -20,12 +20,14 @@
 //!   spawn and a finish take no lock in the steady state.
 //! * **Memory goes back to the kernel by policy**: a freed stack keeps its
 //!   pages (giving them back with `madvise` on every release made reuse 6-10x
-//!   slower in Ruby's measurements); only the free stacks past a high-water
-//!   mark ([`HIGH_WATER`], 4,096) are unmapped, coldest first, with their
-//!   guard pages: their memory and their two map entries go back, so a burst
-//!   of fibers does not leave the process at its `vm.max_map_count` for good
-//!   (where every later `mmap`, a thread's stack or a large allocation, would
-//!   fail).
+//!   slower in Ruby's measurements). Two marks decide, coldest stacks first:
+//!   past [`HIGH_WATER`] (4,096) free stacks with their pages, the pages of
+//!   the colder ones go back (`MADV_FREE`, once a stack), and the stacks stay
+//!   mapped, so a burst that comes again reuses them at the cost of a page
+//!   fault; past [`UNMAP_MARK`] (16,384) free stacks in all, the coldest are
+//!   unmapped with their guard pages, so that a burst of fibers does not
+//!   leave the process near its `vm.max_map_count` for good (where every
+//!   later `mmap`, a thread's stack or a large allocation, would fail).
 //! * **Every guard page splits the kernel's mapping** (a `PROT_NONE` page in
 //!   the middle of a read-write one): a stack costs two entries against
 //!   `vm.max_map_count` (65,530 by default), so about 32,000 fibers fit at the
@@ -47,7 +49,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 use corosensei::stack::{Stack, StackPointer};
-use rustix::mm::{self, MapFlags, MprotectFlags, ProtFlags};
+use rustix::mm::{self, Advice, MapFlags, MprotectFlags, ProtFlags};
 
 /// A page: the guard below each stack.
 const PAGE: usize = 4096;
@@ -59,6 +61,8 @@ const MAX_CHUNK: usize = 1024;
 const LOCAL_CACHE: usize = 16;
 /// Free stacks kept with their pages.
 const HIGH_WATER: usize = 4096;
+/// Free stacks kept mapped (with their pages or not).
+const UNMAP_MARK: usize = 16_384;
 
 /// A stack of the pool: `size` usable bytes above a guard page. Dropping it
 /// gives it back to the pool it came from.
@@ -114,10 +118,55 @@ struct Pool {
     size: usize,
     /// Free stacks, LIFO: the warmest at the back, the coldest at the front.
     free: VecDeque<StackSlot>,
+    /// The first `advised` free stacks have given their pages back.
+    advised: usize,
     /// Stacks the next mapping holds.
     next_chunk: usize,
     /// Free stacks kept with their pages.
     high_water: usize,
+    /// Free stacks kept mapped.
+    unmap_mark: usize,
+}
+
+impl Pool {
+    fn new(size: usize) -> Pool {
+        Pool {
+            size,
+            free: VecDeque::new(),
+            advised: 0,
+            next_chunk: FIRST_CHUNK,
+            high_water: HIGH_WATER,
+            unmap_mark: UNMAP_MARK,
+        }
+    }
+
+    /// The warmest free stack.
+    fn pop(&mut self) -> Option<StackSlot> {
+        let slot = self.free.pop_back()?;
+        self.advised = self.advised.min(self.free.len());
+        Some(slot)
+    }
+
+    /// Puts a stack freed just now at the warm end, and applies the marks.
+    fn push(&mut self, slot: StackSlot) {
+        self.free.push_back(slot);
+        while self.free.len() > self.unmap_mark {
+            let cold = self.free.pop_front().expect("longer than the mark");
+            self.advised = self.advised.saturating_sub(1);
+            // SAFETY: a free stack and its guard page are used by no one and
+            // referenced by nothing (the free list held the only record of
+            // them): the range is ours to unmap.
+            let _ = unsafe { mm::munmap(cold.bottom.as_ptr().sub(PAGE).cast(), cold.size + PAGE) };
+        }
+        while self.free.len() - self.advised > self.high_water {
+            let cold = self.free[self.advised];
+            // SAFETY: a free stack is used by no one: its contents may go
+            // (the next fiber on it starts from an empty stack).
+            let _ =
+                unsafe { mm::madvise(cold.bottom.as_ptr().cast(), cold.size, Advice::LinuxFree) };
+            self.advised += 1;
+        }
+    }
 }
 
 /// The pools, one per stack size in use (few: a runtime's size, and any a
@@ -147,12 +196,7 @@ pub(crate) fn take(size: usize) -> io::Result<PooledStack> {
     let pool = match pools.iter().position(|p| p.size == size) {
         Some(i) => &mut pools[i],
         None => {
-            pools.push(Pool {
-                size,
-                free: VecDeque::new(),
-                next_chunk: FIRST_CHUNK,
-                high_water: HIGH_WATER,
-            });
+            pools.push(Pool::new(size));
             pools.last_mut().expect("just pushed")
         }
     };
@@ -163,7 +207,7 @@ pub(crate) fn take(size: usize) -> io::Result<PooledStack> {
         // Highest first, so that the lowest stack is taken first.
         pool.free.extend((0..count).rev().map(|i| chunk.stack(i)));
     }
-    let slot = pool.free.pop_back().expect("refilled above");
+    let slot = pool.pop().expect("refilled above");
     Ok(PooledStack {
         bottom: slot.bottom,
         size,
@@ -200,14 +244,7 @@ fn give_back(slots: Vec<StackSlot>) {
         let Some(pool) = pools.iter_mut().find(|p| p.size == slot.size) else {
             continue;
         };
-        pool.free.push_back(slot);
-        while pool.free.len() > pool.high_water {
-            let cold = pool.free.pop_front().expect("longer than the mark");
-            // SAFETY: a free stack and its guard page are used by no one and
-            // referenced by nothing (the free list held the only record of
-            // them): the range is ours to unmap.
-            let _ = unsafe { mm::munmap(cold.bottom.as_ptr().sub(PAGE).cast(), cold.size + PAGE) };
-        }
+        pool.push(slot);
     }
 }
 
@@ -438,6 +475,64 @@ mod tests {
             .filter(|w| w[1].bottom.as_ptr() as usize != w[0].bottom.as_ptr() as usize + stride)
             .count();
         assert_eq!(runs, 1, "24 stacks of a new size come from two mappings");
+    }
+
+    /// Resident pages of the range `[bottom, bottom + len)`.
+    fn resident(bottom: NonNull<u8>, len: usize) -> usize {
+        let mut vec = vec![0u8; len / PAGE];
+        // SAFETY: `mincore` writes one byte a page of a mapped range into a
+        // buffer that large.
+        let r = unsafe { libc::mincore(bottom.as_ptr().cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    #[test]
+    fn past_the_marks_pages_go_back_then_mappings() {
+        // A pool of its own, with small marks: 2 stacks keep their pages, 4
+        // stay mapped.
+        let size = 2 * PAGE;
+        let chunk = Chunk::map(size, 8).unwrap();
+        let mut pool = Pool::new(size);
+        (pool.high_water, pool.unmap_mark) = (2, 4);
+        let slots: Vec<_> = (0..6).map(|i| chunk.stack(i)).collect();
+        for slot in &slots {
+            // SAFETY: a stack of a chunk only this test uses.
+            unsafe { std::ptr::write_bytes(slot.bottom.as_ptr(), 1, size) };
+            assert_eq!(resident(slot.bottom, size), 2);
+        }
+        for &slot in &slots {
+            pool.push(slot);
+        }
+        // Six freed: the two coldest unmapped, the next two advised, the two
+        // warmest kept whole.
+        assert_eq!(pool.free.len(), 4);
+        assert_eq!(pool.advised, 2);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let unmapped = format!("{:x}-", slots[0].bottom.as_ptr() as usize - PAGE);
+        assert!(
+            !maps.contains(&unmapped),
+            "the coldest stack is still mapped"
+        );
+        assert_eq!(
+            resident(slots[5].bottom, size),
+            2,
+            "a warm stack kept its pages"
+        );
+        assert_eq!(
+            resident(slots[4].bottom, size),
+            2,
+            "a warm stack kept its pages"
+        );
+        // `MADV_FREE` pages may stay until memory runs short; they are
+        // still mapped and usable either way.
+        // SAFETY: an advised free stack is still mapped read-write.
+        unsafe { std::ptr::write_bytes(slots[2].bottom.as_ptr(), 2, size) };
+        // LIFO, and taking into the advised stacks moves the mark down.
+        assert_eq!(pool.pop().map(|s| s.bottom), Some(slots[5].bottom));
+        assert_eq!(pool.pop().map(|s| s.bottom), Some(slots[4].bottom));
+        assert_eq!(pool.pop().map(|s| s.bottom), Some(slots[3].bottom));
+        assert_eq!(pool.advised, 1);
     }
 
     #[test]

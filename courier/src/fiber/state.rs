@@ -27,14 +27,24 @@ impl State {
     #[inline]
     pub(crate) fn start_turn(&self) {
         // SYNC POINT: the waker's `Release` in `unpark` (what it wrote before
-        // waking is seen by the turn).
-        let _ = (self.0).compare_exchange(QUEUED, RUNNING, Ordering::Acquire, Ordering::Relaxed);
+        // waking is seen by the turn). A queued fiber's word changes only
+        // here (`unpark` leaves `QUEUED` alone), so a load and a store do
+        // what a compare-and-swap would, without a locked instruction.
+        if self.0.load(Ordering::Acquire) == QUEUED {
+            self.0.store(RUNNING, Ordering::Relaxed);
+        }
     }
 
     /// The running fiber takes its wake-up token, if it has one: then its
     /// park returns at once.
     #[inline]
     pub(crate) fn take_token(&self) -> bool {
+        // Most parks find no token: a plain load says so, with no locked
+        // instruction. (Only the running fiber leaves `NOTIFIED`, so a token
+        // seen here stays until the exchange below takes it.)
+        if self.0.load(Ordering::Relaxed) != NOTIFIED {
+            return false;
+        }
         // SYNC POINT: the waker's `Release` in `unpark`.
         (self.0)
             .compare_exchange(NOTIFIED, RUNNING, Ordering::Acquire, Ordering::Relaxed)

@@ -92,6 +92,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::marker::PhantomData;
+use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,7 @@ pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
+pub(crate) use self::select::SetEvent;
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
@@ -303,6 +305,14 @@ where
     /// Erases the message type.
     pub fn to_opaque(self) -> OpaqueIpcReceiver {
         OpaqueIpcReceiver { os: self.os }
+    }
+
+    /// When this receiver must be read again even if its socket stays
+    /// quiet: it holds a message its socket's readiness will not announce
+    /// (see `OsReceiver::due`). For waiters on the socket other than `recv`.
+    #[cfg(feature = "async")]
+    pub(crate) fn due(&self) -> Option<Instant> {
+        self.os.due()
     }
 
     fn recv_wait(&self, wait: Wait) -> Result<T, TryRecvError> {
@@ -512,6 +522,22 @@ impl IpcMessage {
         };
         let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
         handles::deserialize_message(parts, self.channels, &Cell::new(None), limit)
+    }
+
+    /// [`to`](Self::to), leaving the bytes in place (the descriptors go to
+    /// the value), so that the buffer can receive the next message.
+    pub(crate) fn decode_in_place<T>(&mut self) -> Result<T, SerDeError>
+    where
+        T: for<'de> Deserialize<'de> + Serialize,
+    {
+        let parts = Parts {
+            head: &self.data,
+            string: None,
+            tail: &[],
+        };
+        let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
+        let channels = mem::take(&mut self.channels);
+        handles::deserialize_message(parts, channels, &Cell::new(None), limit)
     }
 }
 

@@ -51,7 +51,7 @@
 //! ([`Config::fragment_timeout`]).
 //!
 //! A malformed message from one channel is an error of the select (a
-//! [`WireError`](super::WireError) inside an [`io::ErrorKind::InvalidData`]
+//! [`WireError`] inside an [`io::ErrorKind::InvalidData`]
 //! error, as for a receive); the messages read in the same call are returned
 //! first and the error by the next call, so that neither is lost.
 //!
@@ -60,6 +60,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
+use std::mem;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -67,7 +68,9 @@ use serde::{Deserialize, Serialize};
 use super::err::TrySelectError;
 use super::platform::Poller;
 use super::transport::{OsReceiver, RecvError, Wait};
-use super::{Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver};
+use super::{
+    Config, IpcError, IpcMessage, IpcReceiver, OpaqueIpcReceiver, WireError, KEEP_MSG_BUF,
+};
 
 /// Messages one select takes from one channel at most; a channel with more
 /// is reported again by the next select.
@@ -91,6 +94,10 @@ pub struct IpcReceiverSet {
     /// Only a read changes what a member holds, so this is updated there
     /// and a wait looks at no other member.
     held: Vec<(u64, Instant)>,
+    /// The receive buffer a [`select_events`](Self::select_events) sink
+    /// left in its message (it decoded the message in place): the next read
+    /// goes into it, so that a router allocates nothing per message.
+    spare: Vec<u8>,
 }
 
 #[allow(unsafe_code)]
@@ -147,6 +154,7 @@ impl IpcReceiverSet {
             keys: Vec::new(),
             reads: 0,
             held: Vec::new(),
+            spare: Vec::new(),
         })
     }
 
@@ -218,6 +226,50 @@ impl IpcReceiverSet {
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
+        let mut results = Vec::new();
+        let mut error = None;
+        self.select_events(deadline, |event| match event {
+            SetEvent::Message(id, message) => {
+                let message = mem::replace(message, IpcMessage::from_data(Vec::new()));
+                results.push(IpcSelectionResult::MessageReceived(id, message));
+            }
+            SetEvent::Closed(id, failure) => {
+                results.push(IpcSelectionResult::ChannelClosed(id));
+                if let Some(e) = failure {
+                    error.get_or_insert(e);
+                }
+            }
+            SetEvent::Malformed(_, e) => {
+                error.get_or_insert_with(|| io::Error::from(IpcError::from(e)));
+            }
+        })?;
+        // The first error is returned at once if nothing was read, else kept
+        // for the next select (later ones in the same call are dropped: they
+        // are reports, and the messages they concern are gone either way).
+        match error {
+            Some(e) if results.is_empty() => Err(e),
+            error => {
+                self.pending = error;
+                Ok(results)
+            }
+        }
+    }
+
+    /// Waits until at least one member has something to report or
+    /// `deadline` (`None`: none) passes, and hands `sink` what every ready
+    /// member has, a malformed message as the [`SetEvent::Malformed`] of
+    /// its channel: the form of a select in which each fault belongs to a
+    /// channel (the router hands it to that channel's handler). Returns after
+    /// one read that gave at least one event, or at the deadline.
+    ///
+    /// A message is lent to the sink: what the sink leaves of its bytes
+    /// (having decoded them, or taken its descriptors) is the buffer the
+    /// next message is received into, up to 16 MiB of it.
+    pub(crate) fn select_events(
+        &mut self,
+        deadline: Option<Instant>,
+        mut sink: impl FnMut(SetEvent<'_>),
+    ) -> Result<(), io::Error> {
         loop {
             // A member holding a complete message, or one whose waiting
             // message expires, is read without its socket saying so.
@@ -235,27 +287,28 @@ impl IpcReceiverSet {
             }
             self.keys.sort_unstable();
             self.keys.dedup();
-            let results = self.read_ready()?;
-            if !results.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(results);
+            if self.read_ready(&mut sink) > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(());
             }
             // Only a descriptor packet, or the start of a message whose
             // descriptors are still to come: wait again.
         }
     }
 
-    /// Takes the member `id` out of the set, reported closed.
-    fn close(&mut self, id: u64, results: &mut Vec<IpcSelectionResult>) {
-        if let Some(member) = self.members.remove(&id) {
-            // Closing the socket would drop it from the `epoll` set too;
-            // removing it first keeps an error here from leaving a stale
-            // entry.
-            let _ = self.poller.remove(member.os.fd());
-        }
-        results.push(IpcSelectionResult::ChannelClosed(id));
+    /// Takes the member `id` out of the set and closes its receiver, without
+    /// reporting it: `false` if it was not in the set.
+    pub(crate) fn remove(&mut self, id: u64) -> bool {
+        let Some(member) = self.members.remove(&id) else {
+            return false;
+        };
+        // As in `read_ready`'s closing: out of the `epoll` set first.
+        let _ = self.poller.remove(member.os.fd());
+        self.held.retain(|&(held, _)| held != id);
+        true
     }
 
-    /// Reads what the members in `self.keys` have.
+    /// Reads what the members in `self.keys` have, handing each message,
+    /// closing and fault to `sink`; returns how many events it handed.
     ///
     /// When several are ready, each is read until its socket is dry, as
     /// ipc-channel's set does, but for at most [`DRAIN_LIMIT`] messages: a
@@ -272,19 +325,14 @@ impl IpcReceiverSet {
     /// is reported ready again by the next wait (`select_1of16`: 4 -> 3
     /// system calls a message).
     ///
-    /// A member whose socket fails leaves the set, reported closed, and the
-    /// failure is the select's error as below. A member whose read fails
-    /// otherwise (a malformed message: its channel stays usable) is left for
-    /// this call and the others are read all the same,
-    /// so that a peer sending garbage cannot starve them; the first such
-    /// error is returned at once if nothing was read, else kept for the next
-    /// select (later ones in the same call are dropped: they are reports,
-    /// and the messages they concern are gone either way).
-    fn read_ready(&mut self) -> Result<Vec<IpcSelectionResult>, io::Error> {
+    /// A member whose socket fails leaves the set, reported closed with the
+    /// failure. A member whose read fails otherwise (a malformed message: its
+    /// channel stays usable) is left for this call and the others are read
+    /// all the same, so that a peer sending garbage cannot starve them.
+    fn read_ready(&mut self, sink: &mut impl FnMut(SetEvent<'_>)) -> usize {
         self.reads += 1;
         let several = self.keys.len() > 1;
-        let mut results = Vec::new();
-        let mut error = None;
+        let mut events = 0;
         for i in 0..self.keys.len() {
             let id = self.keys[i];
             let Some(member) = self.members.get_mut(&id) else {
@@ -295,25 +343,29 @@ impl IpcReceiverSet {
             let most = if drain { DRAIN_LIMIT } else { 1 };
             member.dry = false;
             for _ in 0..most {
-                let mut data = Vec::new();
+                let mut data = mem::take(&mut self.spare);
                 match member.os.recv_into(&mut data, Wait::Poll, limit) {
                     Ok(channels) => {
                         member.last_read = self.reads;
-                        results.push(IpcSelectionResult::MessageReceived(
-                            id,
-                            IpcMessage {
-                                data,
-                                channels,
-                                limit: Some(limit),
-                            },
-                        ));
+                        events += 1;
+                        let mut message = IpcMessage {
+                            data,
+                            channels,
+                            limit: Some(limit),
+                        };
+                        sink(SetEvent::Message(id, &mut message));
+                        if message.data.capacity() <= KEEP_MSG_BUF {
+                            self.spare = message.data;
+                        }
                     }
                     Err(RecvError::Empty) => {
                         member.dry = true;
                         break;
                     }
                     Err(RecvError::Disconnected) => {
-                        self.close(id, &mut results);
+                        self.remove(id);
+                        events += 1;
+                        sink(SetEvent::Closed(id, None));
                         break;
                     }
                     // The socket itself failed: it can never deliver again,
@@ -321,12 +373,14 @@ impl IpcReceiverSet {
                     // every wait. It leaves the set, closed, and the error
                     // says why.
                     Err(RecvError::Io(e)) => {
-                        self.close(id, &mut results);
-                        error.get_or_insert(e);
+                        self.remove(id);
+                        events += 1;
+                        sink(SetEvent::Closed(id, Some(e)));
                         break;
                     }
-                    Err(e) => {
-                        error.get_or_insert_with(|| io::Error::from(IpcError::from(e)));
+                    Err(RecvError::Wire(e, _)) => {
+                        events += 1;
+                        sink(SetEvent::Malformed(id, e));
                         break;
                     }
                 }
@@ -336,14 +390,22 @@ impl IpcReceiverSet {
                 self.held.push((id, due));
             }
         }
-        match error {
-            Some(e) if results.is_empty() => Err(e),
-            error => {
-                self.pending = error;
-                Ok(results)
-            }
-        }
+        events
     }
+}
+
+/// What one member of a set gave a read: [`IpcReceiverSet::select_events`]'
+/// results, where a malformed message belongs to its channel.
+pub(crate) enum SetEvent<'a> {
+    /// A message from the receiver of this id, lent to the sink (which may
+    /// take it, or decode it in place with [`IpcMessage::decode_in_place`]).
+    Message(u64, &'a mut IpcMessage),
+    /// The receiver of this id left the set: every sender is gone (`None`),
+    /// or its socket failed (the error).
+    Closed(u64, Option<io::Error>),
+    /// The receiver of this id was sent a malformed message, which was
+    /// dropped (its descriptors closed); the channel stays usable.
+    Malformed(u64, WireError),
 }
 
 /// A try-select's results: [`TrySelectError::Empty`] if there are none.

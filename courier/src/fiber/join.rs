@@ -1,0 +1,108 @@
+//! How a fiber's result reaches the one that joins it: a state word and a
+//! slot in the fiber's own control block. No channel, and no allocation for
+//! a result that takes no room (a `()`); a result that does is boxed once.
+//!
+//! ```text
+//!   RUNNING --finish--> DONE
+//!      |                  ^
+//!    join (registers)     | finish (wakes the joiner)
+//!      v                  |
+//!   WAITING(joiner's context)
+//! ```
+//!
+//! One joiner at most (a `JoinHandle` is not `Clone`, and `join` takes it).
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::chan::context::{Context, Selected};
+
+const RUNNING: usize = 0;
+const DONE: usize = 1;
+
+/// A finished fiber's result, its value boxed as `dyn Any` (the handle
+/// knows its type).
+pub(crate) type Outcome = Result<Box<dyn Any>, Box<dyn Any + Send>>;
+
+pub(crate) struct JoinSlot {
+    /// `RUNNING`, `DONE`, or the waiting joiner's context (an `Arc` turned
+    /// into a pointer, owned by the word; never 0 or 1, being aligned).
+    state: AtomicUsize,
+    /// Written once, by the finishing fiber, before `DONE` is published;
+    /// read once, by the joiner, after it saw `DONE`.
+    result: UnsafeCell<Option<Outcome>>,
+}
+
+impl JoinSlot {
+    pub(crate) fn new() -> JoinSlot {
+        JoinSlot {
+            state: AtomicUsize::new(RUNNING),
+            result: UnsafeCell::new(None),
+        }
+    }
+
+    /// The fiber has finished (its result is there).
+    pub(crate) fn is_done(&self) -> bool {
+        self.state.load(Ordering::Acquire) == DONE
+    }
+
+    /// The fiber publishes its result and wakes its joiner, if one waits.
+    /// Called once.
+    pub(crate) fn finish(&self, outcome: Outcome) {
+        // SAFETY: only the finishing fiber writes the slot, once, and the
+        // joiner reads it only after seeing `DONE`, published below.
+        unsafe { *self.result.get() = Some(outcome) };
+        // SYNC POINT: `Release` publishes the result; `Acquire` takes the
+        // joiner's context, published by its registering exchange.
+        let before = self.state.swap(DONE, Ordering::AcqRel);
+        if before != RUNNING {
+            // SAFETY: a word other than RUNNING (DONE is written only here,
+            // once) is a context `join` turned into a pointer, whose
+            // ownership the swap took over.
+            let joiner = unsafe { Context::from_raw(before as *const ()) };
+            // What the claim says does not matter: a joiner waits on one
+            // thing, and only for it to end.
+            if joiner.try_select(Selected::Aborted).is_ok() {
+                joiner.unpark();
+            }
+        }
+    }
+
+    /// Waits for the result (parking the calling fiber or thread) and takes
+    /// it. Called once.
+    pub(crate) fn join(&self) -> Outcome {
+        if !self.is_done() {
+            Context::with(|cx| {
+                let mine = cx.clone().into_raw() as usize;
+                // SYNC POINT: `Release` publishes the context to `finish`'s
+                // swap; on failure, `Acquire` sees the result.
+                match (self.state).compare_exchange(
+                    RUNNING,
+                    mine,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        // The finisher claims the context, then unparks it.
+                        let _ = cx.wait_until(None, false);
+                    }
+                    Err(_) => {
+                        // Finished meanwhile: the context was never shared.
+                        // SAFETY: `mine` came from `into_raw` just above.
+                        drop(unsafe { Context::from_raw(mine as *const ()) });
+                    }
+                }
+            });
+        }
+        // The claim is made after DONE is published, so DONE is seen here.
+        debug_assert!(self.is_done());
+        // SYNC POINT: pairs with `finish`'s swap (what the claim's `Acquire`
+        // in `wait_until` already ordered; this load makes the rule local).
+        let _ = self.state.load(Ordering::Acquire);
+        // SAFETY: DONE: the result was written and nobody writes it again;
+        // the one handle reads it once.
+        unsafe { (*self.result.get()).take() }.expect("a finished fiber left its result")
+    }
+}
