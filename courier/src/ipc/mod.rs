@@ -76,6 +76,7 @@
 mod bytes_seq;
 mod config;
 mod err;
+mod fd;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
@@ -101,6 +102,7 @@ pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
+pub use self::fd::{as_fd, IpcFd};
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
