@@ -139,6 +139,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     ));
     receiver_sets(ctx)?;
     shared_memory(ctx)?;
+    super::ipc_fds::run(ctx)?;
     round_trips(ctx)
 }
 

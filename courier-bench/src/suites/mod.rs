@@ -84,6 +84,7 @@ pub mod fiber;
 pub mod floor;
 pub mod http;
 pub mod ipc;
+mod ipc_fds;
 pub mod iter;
 pub mod ring;
 mod ring_fiber;
