@@ -143,6 +143,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     receiver_sets(ctx)?;
     shared_memory(ctx)?;
     super::ipc_router::run(ctx)?;
+    super::ipc_fds::run(ctx)?;
     round_trips(ctx)?;
     super::ipc_stream::run(ctx)
 }

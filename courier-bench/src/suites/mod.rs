@@ -84,6 +84,7 @@ pub mod fiber;
 pub mod floor;
 pub mod http;
 pub mod ipc;
+mod ipc_fds;
 mod ipc_router;
 mod ipc_stream;
 pub mod iter;

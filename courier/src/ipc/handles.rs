@@ -416,7 +416,8 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     split::deserialize(parts, seen, Config::decode_limits_now(own))
 }
 
-/// Writes a channel end as the index of its descriptor in the outgoing table.
+/// Writes a descriptor (a channel end's, a region's, an `IpcFd`) as its index in the
+/// outgoing table.
 pub(crate) fn serialize_fd<S: Serializer>(
     fd: BorrowedFd<'_>,
     serializer: S,
@@ -560,7 +561,7 @@ impl<'de> Deserialize<'de> for Descriptor {
     }
 }
 
-/// Reads a channel end's index and takes its descriptor from the incoming table.
+/// Reads a descriptor's index and takes the descriptor from the incoming table.
 pub(crate) fn deserialize_fd<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<OwnedFd, D::Error> {

@@ -76,6 +76,7 @@
 mod bytes_seq;
 mod config;
 mod err;
+mod fd;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
@@ -102,6 +103,7 @@ pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{
     IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
 };
+pub use self::fd::{as_fd, IpcFd};
 pub(crate) use self::select::SetEvent;
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
 pub use self::shmem::IpcSharedMemory;

@@ -1,0 +1,163 @@
+//! Any descriptor inside a typed message: an open file, a socket, a
+//! listener, a pipe, a `memfd`.
+//!
+//! A descriptor travels as channel ends do: beside the message's bytes
+//! (`SCM_RIGHTS`), its place in the message written as an index. The sender
+//! sends a duplicate, so it keeps its own; the receiver owns the one that
+//! arrives, and gets back what it sent (a `File` stays a file, a listener a
+//! listener). Two ways to put one in a message:
+//!
+//! - [`IpcFd`], a field type convertible from and to `OwnedFd`, `File`,
+//!   `UnixStream`, `UnixListener`, `TcpStream`, `TcpListener` and
+//!   `UdpSocket`;
+//! - the [`as_fd`](self::as_fd) module, for `#[serde(with = "...")]` on a
+//!   field of one of those types itself.
+//!
+//! ```
+//! use std::io::{Read, Seek, Write};
+//! use courier::ipc::{self, IpcFd};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Job {
+//!     name: String,
+//!     #[serde(with = "courier::ipc::as_fd")]
+//!     log: std::fs::File,
+//!     input: IpcFd,
+//! }
+//!
+//! let (tx, rx) = ipc::channel::<Job>()?;
+//! let mut input = tempfile_with(b"to be read by the other side")?;
+//! input.rewind()?;
+//! tx.send(Job { name: "one".into(), log: tempfile_with(b"")?, input: input.into() })?;
+//!
+//! let job = rx.recv()?;
+//! let mut text = String::new();
+//! std::fs::File::from(job.input).read_to_string(&mut text)?;
+//! assert_eq!(text, "to be read by the other side");
+//! writeln!(&job.log, "done: {}", job.name)?;
+//! # fn tempfile_with(bytes: &[u8]) -> std::io::Result<std::fs::File> {
+//! #     let path = std::env::temp_dir().join(format!("courier-fd-doc-{}-{}", std::process::id(), bytes.len()));
+//! #     let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+//! #     std::fs::remove_file(&path)?;
+//! #     f.write_all(bytes)?;
+//! #     Ok(f)
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A message carries at most [`MAX_FDS`](super::MAX_FDS)` - 1` descriptors
+//! in all (channel ends, shared-memory regions and these together); a send
+//! with more fails with an error, before anything is sent.
+
+use std::fmt;
+use std::fs::File;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::handles;
+
+/// A descriptor that travels inside a typed message (see the module docs).
+pub struct IpcFd(OwnedFd);
+
+impl IpcFd {
+    /// The descriptor, as the type it was sent as (`File`, `TcpListener`...).
+    pub fn into<T: From<OwnedFd>>(self) -> T {
+        T::from(self.0)
+    }
+}
+
+impl AsFd for IpcFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl AsRawFd for IpcFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl fmt::Debug for IpcFd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IpcFd").field(&self.0.as_raw_fd()).finish()
+    }
+}
+
+impl From<OwnedFd> for IpcFd {
+    fn from(fd: OwnedFd) -> IpcFd {
+        IpcFd(fd)
+    }
+}
+
+impl From<IpcFd> for OwnedFd {
+    fn from(fd: IpcFd) -> OwnedFd {
+        fd.0
+    }
+}
+
+/// `From` both ways between [`IpcFd`] and std's descriptor types.
+macro_rules! conversions {
+    ($($ty:ty),* $(,)?) => {$(
+        impl From<$ty> for IpcFd {
+            fn from(value: $ty) -> IpcFd {
+                IpcFd(OwnedFd::from(value))
+            }
+        }
+
+        impl From<IpcFd> for $ty {
+            fn from(fd: IpcFd) -> $ty {
+                <$ty>::from(fd.0)
+            }
+        }
+    )*};
+}
+
+conversions!(
+    File,
+    UnixStream,
+    UnixListener,
+    UnixDatagram,
+    TcpStream,
+    TcpListener,
+    UdpSocket
+);
+
+impl Serialize for IpcFd {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        handles::serialize_fd(self.0.as_fd(), serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for IpcFd {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<IpcFd, D::Error> {
+        handles::deserialize_fd(deserializer).map(IpcFd)
+    }
+}
+
+/// `#[serde(with = "courier::ipc::as_fd")]` on a field of a descriptor type
+/// (`File`, `OwnedFd`, `UnixStream`, `TcpListener`...): the field travels
+/// as an [`IpcFd`] does.
+pub mod as_fd {
+    use std::os::fd::{AsFd, OwnedFd};
+
+    use serde::{Deserializer, Serializer};
+
+    use super::handles;
+
+    /// Writes the field's descriptor (a duplicate goes with the message).
+    pub fn serialize<F: AsFd, S: Serializer>(fd: &F, serializer: S) -> Result<S::Ok, S::Error> {
+        handles::serialize_fd(fd.as_fd(), serializer)
+    }
+
+    /// Takes the descriptor that arrived for the field.
+    pub fn deserialize<'de, F: From<OwnedFd>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<F, D::Error> {
+        handles::deserialize_fd(deserializer).map(F::from)
+    }
+}
