@@ -19,8 +19,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use courier::ipc::{self as cr, IpcFd};
 use rustix::net::{
-    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
 };
 
 use crate::harness::measure::{Ops, Sampler};
@@ -100,7 +100,12 @@ fn floor(files: &[OwnedFd]) -> Result<Ops<'_, Error>> {
         for _ in 0..ops {
             let mut control = SendAncillaryBuffer::new(&mut send_space);
             control.push(SendAncillaryMessage::ScmRights(&fds));
-            net::sendmsg(&a, &[IoSlice::new(&payload)], &mut control, SendFlags::empty())?;
+            net::sendmsg(
+                &a,
+                &[IoSlice::new(&payload)],
+                &mut control,
+                SendFlags::empty(),
+            )?;
             let mut control = RecvAncillaryBuffer::new(&mut recv_space);
             net::recvmsg(
                 &b,
