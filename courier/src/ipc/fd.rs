@@ -55,18 +55,30 @@ use std::fs::File;
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::handles;
 
 /// A descriptor that travels inside a typed message (see the module docs).
-pub struct IpcFd(OwnedFd);
+///
+/// Shared by reference count with the send it is in, so that a send keeps
+/// it open without a duplicate (a `dup` and a `close` a descriptor: most of
+/// what passing one costs beyond the kernel's own work).
+pub struct IpcFd(Arc<OwnedFd>);
 
 impl IpcFd {
     /// The descriptor, as the type it was sent as (`File`, `TcpListener`...).
     pub fn into<T: From<OwnedFd>>(self) -> T {
-        T::from(self.0)
+        T::from(self.into_owned())
+    }
+
+    fn into_owned(self) -> OwnedFd {
+        // Only a send shares the descriptor, for its own duration, and a
+        // send borrows the message: whoever holds the `IpcFd` by value holds
+        // the only reference.
+        Arc::into_inner(self.0).expect("an IpcFd by value is its descriptor's only owner")
     }
 }
 
@@ -90,13 +102,13 @@ impl fmt::Debug for IpcFd {
 
 impl From<OwnedFd> for IpcFd {
     fn from(fd: OwnedFd) -> IpcFd {
-        IpcFd(fd)
+        IpcFd(Arc::new(fd))
     }
 }
 
 impl From<IpcFd> for OwnedFd {
     fn from(fd: IpcFd) -> OwnedFd {
-        fd.0
+        fd.into_owned()
     }
 }
 
@@ -105,13 +117,13 @@ macro_rules! conversions {
     ($($ty:ty),* $(,)?) => {$(
         impl From<$ty> for IpcFd {
             fn from(value: $ty) -> IpcFd {
-                IpcFd(OwnedFd::from(value))
+                IpcFd::from(OwnedFd::from(value))
             }
         }
 
         impl From<IpcFd> for $ty {
             fn from(fd: IpcFd) -> $ty {
-                <$ty>::from(fd.0)
+                <$ty>::from(fd.into_owned())
             }
         }
     )*};
@@ -129,13 +141,13 @@ conversions!(
 
 impl Serialize for IpcFd {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_fd(self.0.as_fd(), serializer)
+        handles::serialize_shared_fd(&self.0, serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for IpcFd {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<IpcFd, D::Error> {
-        handles::deserialize_fd(deserializer).map(IpcFd)
+        handles::deserialize_fd(deserializer).map(IpcFd::from)
     }
 }
 

@@ -38,6 +38,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
@@ -69,8 +70,8 @@ thread_local! {
 struct Outgoing {
     /// A message is being serialized for an IPC send.
     active: bool,
-    /// Duplicates of the channel ends' descriptors, in order.
-    fds: Vec<OwnedFd>,
+    /// The message's descriptors (duplicates, or shared), in order.
+    fds: Vec<Held>,
     /// Each serialized receiver's backlog (see `serialize_receiver`), in order.
     backlogs: Vec<Option<Backlog>>,
     /// On a later walk: how many descriptors the first one found, and how
@@ -416,11 +417,52 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     split::deserialize(parts, seen, Config::decode_limits_now(own))
 }
 
-/// Writes a descriptor (a channel end's, a region's, an `IpcFd`) as its index in the
-/// outgoing table.
+/// A descriptor the outgoing table keeps open until the message is sent.
+enum Held {
+    /// A duplicate, made for the table.
+    Copy(OwnedFd),
+    /// A descriptor the table shares with its owner (an `IpcFd`): no system
+    /// call to keep it open.
+    Shared(Arc<OwnedFd>),
+}
+
+impl AsFd for Held {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Held::Copy(fd) => fd.as_fd(),
+            Held::Shared(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// Writes a descriptor (a channel end's, a region's) as its index in the
+/// outgoing table, which keeps a duplicate of it open until the message is
+/// sent.
 pub(crate) fn serialize_fd<S: Serializer>(
     fd: BorrowedFd<'_>,
     serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serialize_held(fd, serializer, || {
+        // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
+        fd.try_clone_to_owned()
+            .map(Held::Copy)
+            .map_err(|e| format!("cannot duplicate a descriptor: {e}"))
+    })
+}
+
+/// [`serialize_fd`] for a descriptor shared by `Arc`: the table keeps a
+/// reference, not a duplicate (no `dup` and `close` a descriptor).
+pub(crate) fn serialize_shared_fd<S: Serializer>(
+    fd: &Arc<OwnedFd>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serialize_held(fd.as_fd(), serializer, || Ok(Held::Shared(Arc::clone(fd))))
+}
+
+fn serialize_held<S: Serializer>(
+    fd: BorrowedFd<'_>,
+    serializer: S,
+    hold: impl FnOnce() -> Result<Held, String>,
 ) -> Result<S::Ok, S::Error> {
     let index = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
@@ -430,11 +472,7 @@ pub(crate) fn serialize_fd<S: Serializer>(
         }
         match &mut table.again {
             None => {
-                // `F_DUPFD_CLOEXEC`: the copy lives until the message is sent.
-                let copy = fd
-                    .try_clone_to_owned()
-                    .map_err(|e| format!("cannot duplicate a channel descriptor: {e}"))?;
-                table.fds.push(copy);
+                table.fds.push(hold()?);
                 Ok(table.fds.len() - 1)
             }
             Some(again) if again.next_fd < again.fds => {
