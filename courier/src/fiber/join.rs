@@ -14,10 +14,10 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::chan::context::{Context, Selected};
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::UnsafeCell;
 
 const RUNNING: usize = 0;
 const DONE: usize = 1;
@@ -34,6 +34,15 @@ pub(crate) struct JoinSlot {
     /// read once, by the joiner, after it saw `DONE`.
     result: UnsafeCell<Option<Outcome>>,
 }
+
+// SAFETY: the state word is atomic, and the result cell is written once by
+// the finishing fiber and read once by the joiner after it saw `DONE`
+// (`Release`/`Acquire`). The result leaves its fiber's thread only for a
+// handle on another thread, and a `JoinHandle<T>` is `Send` only when `T`
+// is: a value crosses threads only when its type may.
+unsafe impl Send for JoinSlot {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for JoinSlot {}
 
 impl JoinSlot {
     pub(crate) fn new() -> JoinSlot {
@@ -53,7 +62,8 @@ impl JoinSlot {
     pub(crate) fn finish(&self, outcome: Outcome) {
         // SAFETY: only the finishing fiber writes the slot, once, and the
         // joiner reads it only after seeing `DONE`, published below.
-        unsafe { *self.result.get() = Some(outcome) };
+        self.result
+            .with_mut(|slot| unsafe { *slot = Some(outcome) });
         // SYNC POINT: `Release` publishes the result; `Acquire` takes the
         // joiner's context, published by its registering exchange.
         let before = self.state.swap(DONE, Ordering::AcqRel);
@@ -103,6 +113,33 @@ impl JoinSlot {
         let _ = self.state.load(Ordering::Acquire);
         // SAFETY: DONE: the result was written and nobody writes it again;
         // the one handle reads it once.
-        unsafe { (*self.result.get()).take() }.expect("a finished fiber left its result")
+        let outcome = self.result.with_mut(|slot| unsafe { (*slot).take() });
+        outcome.expect("a finished fiber left its result")
+    }
+}
+
+#[cfg(all(test, loom))]
+mod tests {
+    use super::*;
+    use crate::sync::Arc;
+    use loom::thread;
+
+    /// A fiber finishes on one thread while its joiner waits on another:
+    /// the joiner gets the result, whichever comes first, and is never left
+    /// waiting (loom reports a deadlock if a wake-up is lost).
+    #[test]
+    fn a_join_and_a_finish_meet_once() {
+        loom::model(|| {
+            let slot = Arc::new(JoinSlot::new());
+            let finisher = {
+                let slot = slot.clone();
+                thread::spawn(move || slot.finish(Ok(Box::new(7u32))))
+            };
+            let outcome = slot.join();
+            let value = outcome.ok().and_then(|v| v.downcast::<u32>().ok());
+            assert_eq!(value.map(|v| *v), Some(7));
+            finisher.join().unwrap();
+            assert!(slot.is_done());
+        });
     }
 }
