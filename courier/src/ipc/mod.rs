@@ -61,6 +61,19 @@
 //! never raises `SIGPIPE`. A peer that is killed is the same as a peer that
 //! dropped its end.
 //!
+//! # Backpressure
+//! A channel holds what its sending socket's buffer holds (about 208 KiB
+//! with Linux defaults, small messages a few hundred bytes each with the
+//! kernel's overhead; a large payload travels in shared memory and queues
+//! only its header, up to [`Config::max_region_bytes_in_flight`] of regions
+//! not yet read). When it is full, [`IpcSender::send`] waits for the
+//! receiver to read (a fiber parks, its worker runs on),
+//! [`IpcSender::try_send`] hands the message back in [`TrySendError::Full`]
+//! and [`IpcSender::send_timeout`] in [`SendTimeoutError::Timeout`], with
+//! nothing of it sent; the bytes channel's senders do the same. A message
+//! is never half sent: see `try_send` for the few that may wait to complete
+//! once their first packet is out.
+//!
 //! # Untrusted peers
 //! Every length, index and descriptor from the wire is checked. A malformed
 //! message is an [`IpcError::Io`] carrying a [`WireError`]; its descriptors are

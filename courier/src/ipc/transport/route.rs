@@ -172,27 +172,42 @@ impl OsSender {
             // nothing): fragment, in smaller packets.
             return self.send_fragmented(parts, total, channels, inline_max / 2, wait);
         }
-        while regions {
-            if let Some(sent) = self.send_region(parts, total, channels, Take::Any, wait) {
+        if regions {
+            if let Some(sent) = self.send_region_waiting(parts, total, channels, wait) {
                 return sent;
             }
-            // The regions in flight are at their bound. A blocking send
-            // fragments the message, which waits for the receiver; any
-            // other finds the channel full, and a timed one looks again
-            // (no readiness announces a region the receiver frees).
+        }
+        self.send_fragmented(parts, total, channels, Os::max_packet(), wait)
+    }
+
+    /// [`send_region`](Self::send_region) for a large message, any region:
+    /// `None` (fragment it) if the regions in flight are at their bound
+    /// and the send blocks. A send that may not wait for ever finds the
+    /// channel full instead, and a timed one looks again until its deadline
+    /// (no readiness announces a region the receiver frees).
+    fn send_region_waiting(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+        wait: Wait,
+    ) -> Option<Result<(), SendError>> {
+        loop {
+            if let Some(sent) = self.send_region(parts, total, channels, Take::Any, wait) {
+                return Some(sent);
+            }
             match wait {
-                Wait::Block => break,
-                Wait::Poll => return Err(SendError::Full),
+                Wait::Block => return None,
+                Wait::Poll => return Some(Err(SendError::Full)),
                 Wait::Until(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return Err(SendError::Full);
+                        return Some(Err(SendError::Full));
                     }
                     crate::fiber::sleep_until(deadline.min(now + NAP));
                 }
             }
         }
-        self.send_fragmented(parts, total, channels, Os::max_packet(), wait)
     }
 
     /// Sends a message's first packet with `try_send` (which never waits),
