@@ -169,38 +169,43 @@ fn a_dropped_receiver_is_disconnected_with_the_message() {
     });
 }
 
+/// A message with a channel inside is a data packet and a descriptor
+/// packet. Filled with messages of several sizes (each size meets the end
+/// of the send buffer at another point of the pair), the channel is full
+/// either before a message or after it, never between its two packets: no
+/// `try_send` waits, and every message arrives whole.
 #[test]
 fn messages_with_channels_are_sent_whole_or_not_at_all() {
     let _check = fd_check();
     with_watchdog("channels", LIMIT, || {
         let (reply_tx, reply_rx) = ipc::channel::<u64>().unwrap();
-        let (tx, rx) = ipc::channel::<(u64, IpcSender<u64>)>().unwrap();
-        let mut sent = 0;
-        let back = loop {
-            match tx.try_send((sent, reply_tx.clone())) {
-                Ok(()) => sent += 1,
-                Err(TrySendError::Full(back)) => break back,
-                Err(e) => panic!("try_send failed: {e}"),
-            }
-        };
-        assert!(sent > 0);
-        // The sender handed back is whole and usable.
-        assert_eq!(back.0, sent);
-        back.1.send(u64::MAX).unwrap();
-        assert_eq!(reply_rx.recv().unwrap(), u64::MAX);
-        drop(back);
+        let (tx, rx) = ipc::channel::<(u64, String, IpcSender<u64>)>().unwrap();
+        for round in 0..12 {
+            let pad = "x".repeat(round * 157);
+            let mut sent = 0;
+            let back = loop {
+                match tx.try_send((sent, pad.clone(), reply_tx.clone())) {
+                    Ok(()) => sent += 1,
+                    Err(TrySendError::Full(back)) => break back,
+                    Err(e) => panic!("try_send failed: {e}"),
+                }
+            };
+            assert!(sent > 0);
+            // The message handed back is whole, its sender usable.
+            assert_eq!((back.0, &back.1), (sent, &pad));
+            back.2.send(u64::MAX).unwrap();
+            assert_eq!(reply_rx.recv().unwrap(), u64::MAX);
+            drop(back);
 
-        // Every message that went arrives whole, with its channel, once.
-        for i in 0..sent {
-            let (n, reply) = rx.recv().unwrap();
-            assert_eq!(n, i);
-            reply.send(n).unwrap();
-            assert_eq!(reply_rx.recv().unwrap(), i);
+            // Every message that went arrives whole, with its channel, once.
+            for i in 0..sent {
+                let (n, got, reply) = rx.recv().unwrap();
+                assert_eq!((n, &got), (i, &pad));
+                reply.send(n).unwrap();
+                assert_eq!(reply_rx.recv().unwrap(), i);
+            }
+            assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
         }
-        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-        // And the channel goes on.
-        tx.try_send((sent, reply_tx)).unwrap();
-        assert_eq!(rx.recv().unwrap().0, sent);
     });
 }
 
