@@ -244,9 +244,15 @@ fn large_messages_are_sent_whole_or_not_at_all() {
                     .unwrap_err();
                 assert!(e.is_timeout(), "{e:?}");
                 assert!(started.elapsed() >= Duration::from_millis(100));
-                for _ in 0..sent {
-                    assert!(rx.recv().unwrap() == payload);
-                }
+                // A reader that drains meanwhile lets the timed send through.
+                let reader = thread::spawn(move || {
+                    thread::sleep(Duration::from_millis(50));
+                    let whole = (0..=sent).all(|_| rx.recv().unwrap().iter().all(|&b| b == 0xa5));
+                    (rx, whole)
+                });
+                tx.send_timeout(&payload, Duration::from_secs(30)).unwrap();
+                let (rx, whole) = reader.join().unwrap();
+                assert!(whole, "a message is not whole");
                 assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
                 tx.try_send(&payload).unwrap();
                 assert!(rx.recv().unwrap() == payload);
