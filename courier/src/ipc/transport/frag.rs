@@ -53,8 +53,8 @@ impl OsSender {
             iov.clear();
             iov.push(IoSlice::new(&header));
             let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
-            // The descriptor packet (the carrier) always follows.
-            let ahead = super::route::charge(HEADER_LEN + len);
+            // The descriptor packet (the carrier, at least) follows.
+            let ahead = super::route::ahead(HEADER_LEN + len, channels.len() + 1);
             match self.first_packet(wait, ahead, || Os::try_send(self.fd(), &iov, &[])) {
                 Ok(_) => {
                     rest.advance(len);

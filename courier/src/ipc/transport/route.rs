@@ -56,9 +56,9 @@ use super::tag::random_tag;
 use super::{SendError, Wait};
 use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
-use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport, FDS_PER_PACKET};
 use crate::ipc::shm::{self, Pool, Route, Take};
-use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdPacket, Header, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 pub(super) const IOV_MAX: usize = 1024;
@@ -77,8 +77,18 @@ const NAP: Duration = Duration::from_millis(1);
 /// At least what the kernel charges a send buffer for a packet of `len`
 /// bytes: the bytes, rounded up by its allocator (at most doubled), and
 /// the `sk_buff` and `skb_shared_info` around them (under 1 KiB).
-pub(super) fn charge(len: usize) -> usize {
+fn charge(len: usize) -> usize {
     len.saturating_mul(2).saturating_add(4096)
+}
+
+/// What a message's packets before its last are charged ([`charge`]): a
+/// first packet of `first` bytes, then `fds` descriptors in packets of
+/// [`FDS_PER_PACKET`]; `0` without descriptors (a message of one packet).
+pub(super) fn ahead(first: usize, fds: usize) -> usize {
+    match fds.div_ceil(FDS_PER_PACKET) {
+        0 => 0,
+        packets => charge(first).saturating_add((packets - 1) * charge(FD_PACKET_LEN)),
+    }
 }
 
 /// Why an inline send failed, and whether anything went out.
@@ -212,7 +222,7 @@ impl OsSender {
 
     /// Sends a message's first packet with `try_send` (which never waits),
     /// waiting for room as `wait` allows; `ahead` is what the message's
-    /// packets before its last are charged ([`charge`]; `0` for a message
+    /// packets before its last are charged ([`ahead`]; `0` for a message
     /// of one packet). `EAGAIN` if no room came in time: nothing was sent.
     ///
     /// A send that may not wait for ever (`Poll`, `Until`) sends only when
@@ -271,10 +281,7 @@ impl OsSender {
     ) -> Result<(), Inline> {
         let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
-        let ahead = match channels.is_empty() {
-            true => 0,
-            false => charge(HEADER_LEN + total),
-        };
+        let ahead = ahead(HEADER_LEN + total, channels.len());
         let sent = self.first_packet(wait, ahead, || {
             if total <= SMALL {
                 Os::try_send_small(self.fd(), &header, parts, total)
@@ -383,7 +390,7 @@ impl OsSender {
                 let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
                     .in_region(skew, streamed)
                     .encode();
-                let ahead = charge(HEADER_LEN);
+                let ahead = ahead(HEADER_LEN, channels.len() + 1);
                 self.first_packet(wait, ahead, || {
                     Os::try_send(self.fd(), &[IoSlice::new(&header)], &[])
                 })
