@@ -219,6 +219,156 @@ impl From<IpcError> for TryRecvError {
     }
 }
 
+/// Errors of [`IpcSender::try_send`](super::IpcSender::try_send) and
+/// [`IpcBytesSender::try_send`](super::IpcBytesSender::try_send). The
+/// message comes back when the channel was full or disconnected; a bytes
+/// channel's error holds `()` (the caller still has the bytes it lent).
+///
+/// `Debug` does not require `T: Debug`: it prints the variant only.
+pub enum TrySendError<T> {
+    /// The socket had no room for the message: nothing of it was sent.
+    Full(T),
+    /// The receiver is gone.
+    Disconnected(T),
+    /// The message could not be serialized, or the send failed otherwise.
+    IpcError(IpcError),
+}
+
+impl<T> TrySendError<T> {
+    /// The message, if it came back (`Full` or `Disconnected`).
+    pub fn into_inner(self) -> Option<T> {
+        match self {
+            TrySendError::Full(msg) | TrySendError::Disconnected(msg) => Some(msg),
+            TrySendError::IpcError(_) => None,
+        }
+    }
+
+    /// `true` if the socket had no room.
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrySendError::Full(_))
+    }
+
+    /// `true` if the receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, TrySendError::Disconnected(_))
+    }
+}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+            TrySendError::IpcError(e) => f.debug_tuple("IpcError").field(e).finish(),
+        }
+    }
+}
+
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("sending on a full channel"),
+            TrySendError::Disconnected(_) => f.write_str("sending on a disconnected channel"),
+            TrySendError::IpcError(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<T> std::error::Error for TrySendError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrySendError::IpcError(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<T> From<TrySendError<T>> for io::Error {
+    /// `Full` is [`io::ErrorKind::WouldBlock`], `Disconnected`
+    /// [`io::ErrorKind::BrokenPipe`] (the message is dropped).
+    fn from(e: TrySendError<T>) -> Self {
+        match e {
+            TrySendError::Full(_) => io::ErrorKind::WouldBlock.into(),
+            TrySendError::Disconnected(_) => io::ErrorKind::BrokenPipe.into(),
+            TrySendError::IpcError(e) => e.into(),
+        }
+    }
+}
+
+/// Errors of [`IpcSender::send_timeout`](super::IpcSender::send_timeout)
+/// and [`IpcBytesSender::send_timeout`](super::IpcBytesSender::send_timeout),
+/// the message handed back as by [`TrySendError`].
+pub enum SendTimeoutError<T> {
+    /// The socket had no room for the message before the timeout: nothing
+    /// of it was sent.
+    Timeout(T),
+    /// The receiver is gone.
+    Disconnected(T),
+    /// The message could not be serialized, or the send failed otherwise.
+    IpcError(IpcError),
+}
+
+impl<T> SendTimeoutError<T> {
+    /// The message, if it came back (`Timeout` or `Disconnected`).
+    pub fn into_inner(self) -> Option<T> {
+        match self {
+            SendTimeoutError::Timeout(msg) | SendTimeoutError::Disconnected(msg) => Some(msg),
+            SendTimeoutError::IpcError(_) => None,
+        }
+    }
+
+    /// `true` if the timeout passed.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, SendTimeoutError::Timeout(_))
+    }
+
+    /// `true` if the receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, SendTimeoutError::Disconnected(_))
+    }
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            SendTimeoutError::Disconnected(_) => f.write_str("Disconnected(..)"),
+            SendTimeoutError::IpcError(e) => f.debug_tuple("IpcError").field(e).finish(),
+        }
+    }
+}
+
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("timed out waiting on a send operation"),
+            SendTimeoutError::Disconnected(_) => f.write_str("sending on a disconnected channel"),
+            SendTimeoutError::IpcError(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<T> std::error::Error for SendTimeoutError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendTimeoutError::IpcError(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<T> From<SendTimeoutError<T>> for io::Error {
+    /// `Timeout` is [`io::ErrorKind::TimedOut`], `Disconnected`
+    /// [`io::ErrorKind::BrokenPipe`] (the message is dropped).
+    fn from(e: SendTimeoutError<T>) -> Self {
+        match e {
+            SendTimeoutError::Timeout(_) => io::ErrorKind::TimedOut.into(),
+            SendTimeoutError::Disconnected(_) => io::ErrorKind::BrokenPipe.into(),
+            SendTimeoutError::IpcError(e) => e.into(),
+        }
+    }
+}
+
 /// Errors of a non-blocking or timed select over an
 /// [`IpcReceiverSet`](super::IpcReceiverSet).
 #[derive(Debug)]

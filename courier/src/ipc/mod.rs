@@ -61,6 +61,19 @@
 //! never raises `SIGPIPE`. A peer that is killed is the same as a peer that
 //! dropped its end.
 //!
+//! # Backpressure
+//! A channel holds what its sending socket's buffer holds (about 208 KiB
+//! with Linux defaults, small messages a few hundred bytes each with the
+//! kernel's overhead; a large payload travels in shared memory and queues
+//! only its header, up to [`Config::max_region_bytes_in_flight`] of regions
+//! not yet read). When it is full, [`IpcSender::send`] waits for the
+//! receiver to read (a fiber parks, its worker runs on),
+//! [`IpcSender::try_send`] hands the message back in [`TrySendError::Full`]
+//! and [`IpcSender::send_timeout`] in [`SendTimeoutError::Timeout`], with
+//! nothing of it sent; the bytes channel's senders do the same. A message
+//! is never half sent: see `try_send` for the few that may wait to complete
+//! once their first packet is out.
+//!
 //! # Untrusted peers
 //! Every length, index and descriptor from the wire is checked. A malformed
 //! message is an [`IpcError::Io`] carrying a [`WireError`]; its descriptors are
@@ -101,7 +114,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
 pub use self::err::{
-    IpcError, NotAChannelEnd, SerDeError, TryRecvError, TrySelectError, WireError,
+    IpcError, NotAChannelEnd, SendTimeoutError, SerDeError, TryRecvError, TrySelectError,
+    TrySendError, WireError,
 };
 pub use self::fd::{as_fd, IpcFd};
 pub(crate) use self::select::SetEvent;
@@ -132,7 +146,29 @@ impl From<SendError> for IpcError {
     fn from(e: SendError) -> Self {
         match e {
             SendError::Disconnected => IpcError::Disconnected,
+            SendError::Full => IpcError::Io(io::ErrorKind::WouldBlock.into()),
             SendError::Io(e) => IpcError::Io(e),
+        }
+    }
+}
+
+/// The result of a send that may not wait for ever, with `msg` handed back
+/// when nothing of it was sent (full) or the receiver is gone.
+fn try_sent<T>(sent: Result<(), SendError>, msg: T) -> Result<(), TrySendError<T>> {
+    match sent {
+        Ok(()) => Ok(()),
+        Err(SendError::Full) => Err(TrySendError::Full(msg)),
+        Err(SendError::Disconnected) => Err(TrySendError::Disconnected(msg)),
+        Err(SendError::Io(e)) => Err(TrySendError::IpcError(IpcError::Io(e))),
+    }
+}
+
+impl<T> From<TrySendError<T>> for SendTimeoutError<T> {
+    fn from(e: TrySendError<T>) -> Self {
+        match e {
+            TrySendError::Full(msg) => SendTimeoutError::Timeout(msg),
+            TrySendError::Disconnected(msg) => SendTimeoutError::Disconnected(msg),
+            TrySendError::IpcError(e) => SendTimeoutError::IpcError(e),
         }
     }
 }
@@ -218,20 +254,96 @@ where
         }
     }
 
-    /// Sends `data`. Never blocks on a message that fits the socket buffer
-    /// while the receiver keeps up; blocks while the buffer is full.
+    /// Sends `data`, waiting while the channel is full.
+    ///
+    /// # Blocking
+    /// The kernel queues a channel's messages in the sending socket's
+    /// buffer (`SO_SNDBUF`, about 208 KiB with Linux defaults, counted with
+    /// the kernel's overhead of some hundreds of bytes a packet) until the
+    /// receiver reads them; a large payload queues only its header there
+    /// (it travels in shared memory). `send` returns as soon as its message
+    /// is queued: it never waits for the receiver while there is room, and
+    /// while there is none it waits until the receiver has read enough
+    /// (until a quarter of the buffer or less is left queued). A thread
+    /// waits in `poll(2)`; a fiber parks, and its worker runs other fibers
+    /// meanwhile. If the receiver is dropped (or its process dies) during
+    /// the wait, `send` returns [`IpcError::Disconnected`]. A message is
+    /// never half sent: if it takes several packets (channels inside it, a
+    /// fragmented payload), its later packets are sent whatever the wait.
+    ///
+    /// [`try_send`](Self::try_send) does not wait, and
+    /// [`send_timeout`](Self::send_timeout) waits up to a timeout.
     pub fn send(&self, data: T) -> Result<(), IpcError> {
+        Ok(self.send_wait(&data, Wait::Block)??)
+    }
+
+    /// Sends `data` if the channel has room for it now, without waiting;
+    /// else hands it back in [`TrySendError::Full`], with nothing of it sent.
+    ///
+    /// "Room" is room in the socket's send buffer for the message's first
+    /// packet, and for its later packets too: a message that carries
+    /// channels is a data packet and a descriptor packet, sent only if both
+    /// fit, so that the second never waits for the receiver. A large
+    /// payload goes in shared memory, and a sender whose regions not yet
+    /// read by the receiver reach [`Config::max_region_bytes_in_flight`]
+    /// finds the channel full as well. Three cases may still wait after the
+    /// first packet is out, to complete the message: a clone of this sender
+    /// on another thread took the room between the look and the send; a
+    /// payload near the packet limit (about 208 KiB) carries channels, and
+    /// its descriptor packet fits only once the receiver has read the data
+    /// packet (such a message is sent when the socket is empty: it would
+    /// never fit otherwise); a message fragmented by
+    /// [`LargeMessages::Fragments`] writes its rest as the receiver reads it.
+    ///
+    /// ```
+    /// use courier::ipc::{self, TrySendError};
+    /// let (tx, rx) = ipc::channel::<u64>().unwrap();
+    /// let mut sent = 0;
+    /// let full = loop {
+    ///     match tx.try_send(sent) {
+    ///         Ok(()) => sent += 1,
+    ///         Err(TrySendError::Full(msg)) => break msg,
+    ///         Err(e) => panic!("{e}"),
+    ///     }
+    /// };
+    /// assert_eq!(full, sent); // handed back
+    /// assert_eq!(rx.recv().unwrap(), 0);
+    /// ```
+    pub fn try_send(&self, data: T) -> Result<(), TrySendError<T>> {
+        match self.send_wait(&data, Wait::Poll) {
+            Ok(sent) => try_sent(sent, data),
+            Err(e) => Err(TrySendError::IpcError(e.into())),
+        }
+    }
+
+    /// Sends `data`, waiting at most `timeout` for room as
+    /// [`try_send`](Self::try_send) counts it; else hands it back in
+    /// [`SendTimeoutError::Timeout`], with nothing of it sent. The wait is
+    /// as [`send`](Self::send)'s (a fiber parks); a message that took its
+    /// first packet before the timeout is completed even if that takes
+    /// longer (see `try_send` for when it can).
+    pub fn send_timeout(&self, data: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        match self.send_wait(&data, deadline(timeout)) {
+            Ok(sent) => Ok(try_sent(sent, data)?),
+            Err(e) => Err(SendTimeoutError::IpcError(e.into())),
+        }
+    }
+
+    /// Serializes `data` into the thread's buffer and sends it, waiting for
+    /// room as `wait` allows.
+    fn send_wait(&self, data: &T, wait: Wait) -> Result<Result<(), SendError>, SerDeError> {
         // Take the thread's buffer (a nested send, from a `Serialize` impl,
         // finds it empty and uses its own).
         // (`try_with`: a send from a thread-local's `Drop` may find the
         // buffer gone, and then uses its own.)
         let mut buf = MSG_BUF.try_with(Cell::take).unwrap_or_default();
-        let sent =
-            handles::serialize_message(&data, &mut buf, |parts, fds| self.os.send(parts, fds));
+        let sent = handles::serialize_message(data, &mut buf, |parts, fds| {
+            self.os.send_wait(parts, fds, wait)
+        });
         if buf.capacity() <= KEEP_MSG_BUF {
             let _ = MSG_BUF.try_with(|b| b.set(buf));
         }
-        Ok(sent??)
+        sent
     }
 
     /// Erases the message type.
@@ -383,11 +495,33 @@ pub struct IpcBytesSender {
 }
 
 impl IpcBytesSender {
-    /// Sends `data` as one message. A closed receiver is an error of kind
+    /// Sends `data` as one message, waiting while the channel is full (as
+    /// [`IpcSender::send`] does). A closed receiver is an error of kind
     /// [`io::ErrorKind::BrokenPipe`].
     #[inline]
     pub fn send(&self, data: &[u8]) -> Result<(), io::Error> {
         self.send_vectored(&[IoSlice::new(data)])
+    }
+
+    /// Sends `data` if the channel has room for it now (as
+    /// [`IpcSender::try_send`] counts it), without waiting; else
+    /// [`TrySendError::Full`], with nothing sent. The bytes were only lent:
+    /// the error holds `()`, and the caller still has them to send again.
+    pub fn try_send(&self, data: &[u8]) -> Result<(), TrySendError<()>> {
+        try_sent(
+            self.os.send_wait(&[IoSlice::new(data)], &[], Wait::Poll),
+            (),
+        )
+    }
+
+    /// Sends `data`, waiting at most `timeout` for room (as
+    /// [`IpcSender::send_timeout`] does); else
+    /// [`SendTimeoutError::Timeout`], with nothing sent.
+    pub fn send_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), SendTimeoutError<()>> {
+        let sent = self
+            .os
+            .send_wait(&[IoSlice::new(data)], &[], deadline(timeout));
+        Ok(try_sent(sent, ())?)
     }
 
     /// Sends the concatenation of `parts` as one message, gathered by the

@@ -72,7 +72,7 @@ compile_error!(
 /// is sized for that many).
 pub(crate) const FDS_PER_PACKET: usize = 64;
 
-/// The longest header [`Transport::send_small`] puts before a small payload.
+/// The longest header [`Transport::try_send_small`] puts before a small payload.
 pub(crate) const SMALL_HEAD: usize = 64;
 
 /// What one receive of a packet delivered.
@@ -98,6 +98,8 @@ pub(crate) struct Packet<Fd> {
 ///   queue is drained, a receive returns a packet of length 0, and
 ///   [`hung_up`](Self::hung_up) is `true`; a send to it fails with `EPIPE`
 ///   or `ECONNRESET`;
+/// * a send without waiting ([`try_send`](Self::try_send)) is `EAGAIN`
+///   when the queue has no room, and then sends nothing;
 /// * a packet longer than the buffers is cut (`truncated`, the rest lost),
 ///   and [`recv_whole`](Self::recv_whole) returns its whole length;
 /// * descriptors of a packet read without `control` are closed, never
@@ -111,7 +113,7 @@ pub(crate) trait Transport {
     type BorrowedFd<'a>: Copy;
 
     /// Messages up to this size are sent through one stack buffer by
-    /// [`send_small`](Self::send_small) and read whole by
+    /// [`try_send_small`](Self::try_send_small) and read whole by
     /// [`recv_whole`](Self::recv_whole), where the plain calls cost less
     /// than the gathering ones.
     const SMALL_MAX: usize;
@@ -123,21 +125,39 @@ pub(crate) trait Transport {
     /// The longest packet this process's ends take (probed once).
     fn max_packet() -> usize;
     /// Sends one packet gathered from `iov`, with `fds` attached (no
-    /// control message when there are none); the bytes sent.
+    /// control message when there are none); the bytes sent. Waits while
+    /// the peer's queue has no room (a fiber parks on its worker's
+    /// reactor).
     fn send(
+        fd: Self::BorrowedFd<'_>,
+        iov: &[IoSlice<'_>],
+        fds: &[Self::BorrowedFd<'_>],
+    ) -> Result<usize, Errno>;
+    /// As [`send`](Self::send), without waiting: `EAGAIN`, with nothing
+    /// sent, when the queue has no room for the packet now.
+    fn try_send(
         fd: Self::BorrowedFd<'_>,
         iov: &[IoSlice<'_>],
         fds: &[Self::BorrowedFd<'_>],
     ) -> Result<usize, Errno>;
     /// Sends `header ++ parts` (`total` bytes of parts, at most
     /// [`SMALL_MAX`](Self::SMALL_MAX); a header of at most [`SMALL_HEAD`])
-    /// as one packet without descriptors, through one stack buffer.
-    fn send_small<const H: usize>(
+    /// as one packet without descriptors, through one stack buffer, without
+    /// waiting: `EAGAIN`, with nothing sent, when the queue has no room.
+    fn try_send_small<const H: usize>(
         fd: Self::BorrowedFd<'_>,
         header: &[u8; H],
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> Result<usize, Errno>;
+    /// Waits until `fd` has room for a packet (or is hung up), or
+    /// `deadline` passes (`false`; `None`: no deadline). A fiber waits on
+    /// its worker's reactor.
+    fn wait_writable(fd: Self::BorrowedFd<'_>, deadline: Option<Instant>) -> io::Result<bool>;
+    /// The bytes sent from `fd` and not yet received, as the platform
+    /// counts them against its send buffer, and that buffer's size: a
+    /// packet is taken while the first is below the second.
+    fn send_queue(fd: Self::BorrowedFd<'_>) -> Result<(usize, usize), Errno>;
     /// Receives one packet scattered over `iov`, with its descriptors if
     /// `control` (else they are closed), without waiting if `dontwait`.
     fn recv(

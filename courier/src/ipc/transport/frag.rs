@@ -23,7 +23,7 @@ use rustix::io::Errno;
 
 use super::route::{OsSender, IOV_MAX};
 use super::tag::random_tag;
-use super::{wait_readable, RecvError, SendError};
+use super::{wait_readable, RecvError, SendError, Wait};
 use crate::buf::{fill_spare, IoIter, RawIoVec};
 use crate::ipc::err::WireError;
 use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
@@ -39,6 +39,7 @@ impl OsSender {
         total: usize,
         channels: &[BorrowedFd<'_>],
         packet: usize,
+        wait: Wait,
     ) -> Result<(), SendError> {
         let (carrier_tx, carrier_rx) = Os::pair()?;
         let tag = random_tag();
@@ -52,7 +53,9 @@ impl OsSender {
             iov.clear();
             iov.push(IoSlice::new(&header));
             let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
-            match Os::send(self.fd(), &iov, &[]) {
+            // The descriptor packet (the carrier, at least) follows.
+            let ahead = super::route::ahead(HEADER_LEN + len, channels.len() + 1);
+            match self.first_packet(wait, ahead, || Os::try_send(self.fd(), &iov, &[])) {
                 Ok(_) => {
                     rest.advance(len);
                     break;
@@ -64,7 +67,8 @@ impl OsSender {
         self.send_fds(channels, Some(Os::borrow(&carrier_rx)), tag)?;
         // The receiver holds its own copy of the carrier now.
         drop(carrier_rx);
-        // The rest: on the dedicated socket, blocking until the receiver reads.
+        // The rest: on the dedicated socket, blocking until the receiver
+        // reads, whatever the caller's wait (the message is committed).
         while rest.remaining() > 0 {
             iov.clear();
             let len = next_bytes(&rest, packet & !7, &mut iov);

@@ -39,6 +39,9 @@ use crate::ipc::wire::Header;
 pub(crate) enum SendError {
     /// The receiving end is closed (`EPIPE`/`ECONNRESET`).
     Disconnected,
+    /// No room for the message within the send's wait; nothing was sent.
+    /// (`EAGAIN`: only a message's first packet is sent without waiting.)
+    Full,
     /// Any other failure.
     Io(std::io::Error),
 }
@@ -47,6 +50,7 @@ impl From<Errno> for SendError {
     fn from(e: Errno) -> Self {
         match e {
             Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN => SendError::Disconnected,
+            Errno::AGAIN => SendError::Full,
             e => SendError::Io(e.into()),
         }
     }
@@ -85,7 +89,7 @@ impl From<Errno> for RecvError {
     }
 }
 
-/// How long a receive may wait.
+/// How long a receive, or a send, may wait.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait {
     Block,

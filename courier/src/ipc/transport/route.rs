@@ -27,20 +27,38 @@
 //!   failed first try ([`super::frag`]).
 //!
 //! [`Os`] is the platform ([`crate::ipc::platform`]): every packet goes
-//! through [`Transport::send`] or [`Transport::send_small`].
+//! through [`Transport::send`] (which waits for room), or, the first packet
+//! of a message, [`Transport::try_send`] or [`Transport::try_send_small`]
+//! ([`OsSender::first_packet`]).
+//!
+//! # Waiting for room
+//! A send waits for room in the socket's send buffer only for its message's
+//! first packet, and as long as its [`Wait`] allows: `Block` without end,
+//! `Poll` not at all, `Until` to a deadline. If none came, nothing was sent
+//! ([`SendError::Full`]). Once the first packet is out the message is
+//! committed and its later packets (the descriptor packet, a fragmented
+//! message's rest) are sent whatever the wait, so that no message is ever
+//! half sent. A send that may not wait for ever sends the first packet only
+//! when the send buffer has room for the packets before the last as well
+//! (the kernel takes a packet while the bytes queued are below the buffer,
+//! however large the packet), so that they never wait for the receiver;
+//! see [`OsSender::first_packet`] for the two cases where they still may.
+//! Regions in flight at [`Config::max_region_bytes_in_flight`] are full,
+//! too, for such a send: it does not fall back to fragments.
 
 use std::io::IoSlice;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
 use super::tag::random_tag;
-use super::SendError;
+use super::{SendError, Wait};
 use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
-use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
+use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport, FDS_PER_PACKET};
 use crate::ipc::shm::{self, Pool, Route, Take};
-use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdPacket, Header, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 pub(super) const IOV_MAX: usize = 1024;
@@ -51,6 +69,27 @@ pub(super) const IOV_MAX: usize = 1024;
 const SMALL: usize = Os::SMALL_MAX;
 /// Gathers of fewer parts than this build their iovec on the stack.
 const STACK_IOV: usize = 8;
+/// How often a timed send looks again for room that no readiness announces:
+/// regions the receiver frees (in shared memory), or a send buffer that
+/// polls writable but has too little room for a message's first packets.
+const NAP: Duration = Duration::from_millis(1);
+
+/// At least what the kernel charges a send buffer for a packet of `len`
+/// bytes: the bytes, rounded up by its allocator (at most doubled), and
+/// the `sk_buff` and `skb_shared_info` around them (under 1 KiB).
+fn charge(len: usize) -> usize {
+    len.saturating_mul(2).saturating_add(4096)
+}
+
+/// What a message's packets before its last are charged ([`charge`]): a
+/// first packet of `first` bytes, then `fds` descriptors in packets of
+/// [`FDS_PER_PACKET`]; `0` without descriptors (a message of one packet).
+pub(super) fn ahead(first: usize, fds: usize) -> usize {
+    match fds.div_ceil(FDS_PER_PACKET) {
+        0 => 0,
+        packets => charge(first).saturating_add((packets - 1) * charge(FD_PACKET_LEN)),
+    }
+}
 
 /// Why an inline send failed, and whether anything went out.
 enum Inline {
@@ -96,11 +135,25 @@ impl OsSender {
         Os::borrow(&self.inner.fd)
     }
 
-    /// Sends `parts` (gathered, in order) with `channels` attached.
+    /// Sends `parts` (gathered, in order) with `channels` attached, waiting
+    /// for room as long as it takes.
     pub(crate) fn send(
         &self,
         parts: &[IoSlice<'_>],
         channels: &[BorrowedFd<'_>],
+    ) -> Result<(), SendError> {
+        self.send_wait(parts, channels, Wait::Block)
+    }
+
+    /// Sends `parts` (gathered, in order) with `channels` attached, waiting
+    /// for room for the first packet as `wait` allows:
+    /// [`SendError::Full`], with nothing sent, if there was none in time
+    /// (see the module docs).
+    pub(crate) fn send_wait(
+        &self,
+        parts: &[IoSlice<'_>],
+        channels: &[BorrowedFd<'_>],
+        wait: Wait,
     ) -> Result<(), SendError> {
         if channels.len() >= MAX_FDS {
             return Err(SendError::Io(std::io::Error::new(
@@ -116,25 +169,107 @@ impl OsSender {
             // kernel's copy (two `memcpy`s and a header-sized packet): use
             // one if there is one, but pass no descriptor for these sizes.
             if regions && total > SMALL && channels.is_empty() {
-                if let Some(sent) = self.send_region(parts, total, channels, Take::Kept) {
+                if let Some(sent) = self.send_region(parts, total, channels, Take::Kept, wait) {
                     return sent;
                 }
             }
-            match self.send_inline(parts, total, channels) {
+            match self.send_inline(parts, total, channels, wait) {
                 Err(Inline::DataNoBufs) => {}
                 Err(Inline::Data(e) | Inline::Fds(e)) => return Err(e.into()),
                 Ok(()) => return Ok(()),
             }
             // The kernel could not allocate one packet this large (and sent
             // nothing): fragment, in smaller packets.
-            return self.send_fragmented(parts, total, channels, inline_max / 2);
+            return self.send_fragmented(parts, total, channels, inline_max / 2, wait);
         }
         if regions {
-            if let Some(sent) = self.send_region(parts, total, channels, Take::Any) {
+            if let Some(sent) = self.send_region_waiting(parts, total, channels, wait) {
                 return sent;
             }
         }
-        self.send_fragmented(parts, total, channels, Os::max_packet())
+        self.send_fragmented(parts, total, channels, Os::max_packet(), wait)
+    }
+
+    /// [`send_region`](Self::send_region) for a large message, any region:
+    /// `None` (fragment it) if the regions in flight are at their bound
+    /// and the send blocks. A send that may not wait for ever finds the
+    /// channel full instead, and a timed one looks again until its deadline
+    /// (no readiness announces a region the receiver frees).
+    fn send_region_waiting(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+        wait: Wait,
+    ) -> Option<Result<(), SendError>> {
+        loop {
+            if let Some(sent) = self.send_region(parts, total, channels, Take::Any, wait) {
+                return Some(sent);
+            }
+            match wait {
+                Wait::Block => return None,
+                Wait::Poll => return Some(Err(SendError::Full)),
+                Wait::Until(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Some(Err(SendError::Full));
+                    }
+                    crate::fiber::sleep_until(deadline.min(now + NAP));
+                }
+            }
+        }
+    }
+
+    /// Sends a message's first packet with `try_send` (which never waits),
+    /// waiting for room as `wait` allows; `ahead` is what the message's
+    /// packets before its last are charged ([`ahead`]; `0` for a message
+    /// of one packet). `EAGAIN` if no room came in time: nothing was sent.
+    ///
+    /// A send that may not wait for ever (`Poll`, `Until`) sends only when
+    /// the bytes queued plus `ahead` stay below the send buffer, so that
+    /// the later packets are taken at once too. Two cases still wait after
+    /// the first packet: another sender on the same socket (a clone) takes
+    /// the room between the look and the send; or the queue is empty yet
+    /// too small for `ahead` (a payload near the packet limit that carries
+    /// channels), which is sent anyway, or it never could be, and whose
+    /// descriptor packet then waits for the receiver to read the first.
+    pub(super) fn first_packet(
+        &self,
+        wait: Wait,
+        ahead: usize,
+        mut try_send: impl FnMut() -> Result<usize, Errno>,
+    ) -> Result<usize, Errno> {
+        loop {
+            let room = match wait {
+                Wait::Block => true,
+                _ if ahead == 0 => true,
+                _ => {
+                    let (queued, size) = Os::send_queue(self.fd())?;
+                    queued == 0 || queued.saturating_add(ahead) < size
+                }
+            };
+            if room {
+                match try_send() {
+                    Err(Errno::AGAIN) => {}
+                    sent => return sent,
+                }
+            }
+            let deadline = match wait {
+                Wait::Block => None,
+                Wait::Poll => return Err(Errno::AGAIN),
+                Wait::Until(deadline) => Some(deadline),
+            };
+            let writable = Os::wait_writable(self.fd(), deadline)
+                .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+            if !writable {
+                return Err(Errno::AGAIN);
+            }
+            if let (false, Some(deadline)) = (room, deadline) {
+                // Writable (a quarter of the buffer queued, or less), yet
+                // maybe too full for `ahead`: look again after a nap.
+                crate::fiber::sleep_until(deadline.min(Instant::now() + NAP));
+            }
+        }
     }
 
     fn send_inline(
@@ -142,24 +277,28 @@ impl OsSender {
         parts: &[IoSlice<'_>],
         total: usize,
         channels: &[BorrowedFd<'_>],
+        wait: Wait,
     ) -> Result<(), Inline> {
         let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
-        let sent = if total <= SMALL {
-            Os::send_small(self.fd(), &header, parts, total)
-        } else if parts.len() < STACK_IOV {
-            // Small gathers, the common case, stay on the stack.
-            let mut iov = [IoSlice::new(&[]); STACK_IOV];
-            iov[0] = IoSlice::new(&header);
-            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-            Os::send(self.fd(), &iov[..=n], &[])
-        } else {
-            // At most `IOV_MAX` parts reach here (`send` checks).
-            let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
-            iov[0] = IoSlice::new(&header);
-            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-            Os::send(self.fd(), &iov[..=n], &[])
-        };
+        let ahead = ahead(HEADER_LEN + total, channels.len());
+        let sent = self.first_packet(wait, ahead, || {
+            if total <= SMALL {
+                Os::try_send_small(self.fd(), &header, parts, total)
+            } else if parts.len() < STACK_IOV {
+                // Small gathers, the common case, stay on the stack.
+                let mut iov = [IoSlice::new(&[]); STACK_IOV];
+                iov[0] = IoSlice::new(&header);
+                let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+                Os::try_send(self.fd(), &iov[..=n], &[])
+            } else {
+                // At most `IOV_MAX` parts reach here (`send` checks).
+                let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
+                iov[0] = IoSlice::new(&header);
+                let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+                Os::try_send(self.fd(), &iov[..=n], &[])
+            }
+        });
         match sent {
             Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
             Err(Errno::NOBUFS | Errno::MSGSIZE) => Err(Inline::DataNoBufs),
@@ -211,12 +350,15 @@ impl OsSender {
         total: usize,
         channels: &[BorrowedFd<'_>],
         take: Take,
+        wait: Wait,
     ) -> Option<Result<(), SendError>> {
         let pool = &self.inner.pool;
         let (mut region, route, skew) = match pool.take(parts, total, take) {
             Ok(Some(taken)) => taken,
             Ok(None) => return None,
-            Err(e) => return Some(Err(e.into())),
+            // (Not through `SendError::from`, where `EAGAIN` is a full
+            // socket: `mmap` may say that too.)
+            Err(e) => return Some(Err(SendError::Io(e.into()))),
         };
         // A large payload is announced first and written after, while the
         // receiver copies it out (`shm`'s streaming).
@@ -230,7 +372,8 @@ impl OsSender {
                 let header = Header::new(Body::Kept, total, 0, token)
                     .in_region(skew, streamed)
                     .encode();
-                let sent = Os::send_small(self.fd(), &header, &[], 0);
+                let sent =
+                    self.first_packet(wait, 0, || Os::try_send_small(self.fd(), &header, &[], 0));
                 if sent.is_err() {
                     region.unclaim();
                 }
@@ -247,8 +390,11 @@ impl OsSender {
                 let header = Header::new(Body::SharedMemory, total, channels.len(), tag)
                     .in_region(skew, streamed)
                     .encode();
-                Os::send(self.fd(), &[IoSlice::new(&header)], &[])
-                    .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
+                let ahead = ahead(HEADER_LEN, channels.len() + 1);
+                self.first_packet(wait, ahead, || {
+                    Os::try_send(self.fd(), &[IoSlice::new(&header)], &[])
+                })
+                .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
         };
         match &sent {

@@ -62,13 +62,32 @@ impl Transport for Linux {
     }
 
     #[inline]
-    fn send_small<const H: usize>(
+    fn try_send(
+        fd: BorrowedFd<'_>,
+        iov: &[IoSlice<'_>],
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<usize, Errno> {
+        socket::try_send(fd, iov, fds)
+    }
+
+    #[inline]
+    fn try_send_small<const H: usize>(
         fd: BorrowedFd<'_>,
         header: &[u8; H],
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> Result<usize, Errno> {
-        socket::send_small(fd, header, parts, total)
+        socket::try_send_small(fd, header, parts, total)
+    }
+
+    #[inline]
+    fn wait_writable(fd: BorrowedFd<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        socket::wait_writable(fd, deadline)
+    }
+
+    #[inline]
+    fn send_queue(fd: BorrowedFd<'_>) -> Result<(usize, usize), Errno> {
+        socket::send_queue(fd)
     }
 
     #[inline]

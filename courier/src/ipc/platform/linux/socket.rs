@@ -9,9 +9,10 @@
 //!
 //! # References
 //! - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
-//! - [`sendmsg(2)`](https://man7.org/linux/man-pages/man2/sendmsg.2.html),
+//! - [`sendmsg(2)`](https://man7.org/linux/man-pages/man2/sendmsg.2.html) (`MSG_DONTWAIT`),
 //!   [`recvmsg(2)`](https://man7.org/linux/man-pages/man2/recvmsg.2.html)
-//! - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html) (`SCM_RIGHTS`, `MSG_CMSG_CLOEXEC`)
+//! - [`poll(2)`](https://man7.org/linux/man-pages/man2/poll.2.html) (`POLLOUT`)
+//! - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html) (`SCM_RIGHTS`, `MSG_CMSG_CLOEXEC`, `SIOCOUTQ`)
 //! - [`cmsg(3)`](https://man7.org/linux/man-pages/man3/cmsg.3.html)
 #![allow(unsafe_code)]
 
@@ -62,12 +63,31 @@ pub(crate) fn max_packet() -> usize {
     })
 }
 
-/// `sendmsg(fd, iov, SCM_RIGHTS(fds), MSG_NOSIGNAL)`, retried on `EINTR`.
+/// `sendmsg(fd, iov, SCM_RIGHTS(fds), MSG_NOSIGNAL | MSG_DONTWAIT)`, retried
+/// on `EINTR`; on `EAGAIN` (no room in the send buffer), waits until `fd` is
+/// writable ([`wait_writable`]) and sends again.
 ///
 /// No control message is attached when `fds` is empty. `MSG_NOSIGNAL` makes
 /// a vanished peer an `EPIPE` instead of a `SIGPIPE` that would kill a host
-/// process which has not ignored it.
+/// process which has not ignored it. The send itself never waits: a thread
+/// waits in `poll(2)`, as the kernel would have inside `sendmsg`, and a
+/// fiber parks on its worker's reactor instead of blocking the worker.
 pub(crate) fn send(
+    fd: BorrowedFd<'_>,
+    iov: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+) -> Result<usize, Errno> {
+    until_sent(fd, || try_send(fd, iov, fds))
+}
+
+/// `sendmsg(fd, iov, SCM_RIGHTS(fds), MSG_NOSIGNAL | MSG_DONTWAIT)`, retried
+/// on `EINTR`: `EAGAIN`, with nothing sent, when the send buffer is full.
+///
+/// A `SOCK_SEQPACKET` packet is queued whole or not at all: the kernel takes
+/// it whenever the bytes queued from this socket (`SIOCOUTQ`, counted with
+/// the kernel's overhead) are below its send buffer (`SO_SNDBUF`), however
+/// large the packet (`sock_alloc_send_pskb`).
+pub(crate) fn try_send(
     fd: BorrowedFd<'_>,
     iov: &[IoSlice<'_>],
     fds: &[BorrowedFd<'_>],
@@ -77,18 +97,20 @@ pub(crate) fn send(
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(Errno::TOOMANYREFS);
     }
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
     loop {
-        match net::sendmsg(fd, iov, &mut control, SendFlags::NOSIGNAL) {
+        match net::sendmsg(fd, iov, &mut control, flags) {
             Err(Errno::INTR) => continue,
             other => return other,
         }
     }
 }
 
-/// `send(fd, header ++ parts, MSG_NOSIGNAL)` through one stack buffer of at
-/// most `HEADER_MAX + SMALL_MAX` bytes, retried on `EINTR`.
+/// `send(fd, header ++ parts, MSG_NOSIGNAL | MSG_DONTWAIT)` through one
+/// stack buffer of at most `HEADER_MAX + SMALL_MAX` bytes, retried on
+/// `EINTR`: `EAGAIN`, with nothing sent, when the send buffer is full.
 #[inline]
-pub(crate) fn send_small<const H: usize>(
+pub(crate) fn try_send_small<const H: usize>(
     fd: BorrowedFd<'_>,
     header: &[u8; H],
     parts: &[IoSlice<'_>],
@@ -109,11 +131,56 @@ pub(crate) fn send_small<const H: usize>(
     // parts, whose lengths sum to `total`.
     let buf = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
     loop {
-        match net::send(fd, buf, SendFlags::NOSIGNAL) {
+        match net::send(fd, buf, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
             Err(Errno::INTR) => continue,
             other => return other,
         }
     }
+}
+
+/// Runs `try_send` until it does not fail with `EAGAIN`, waiting for `fd`
+/// to be writable between two tries.
+fn until_sent(
+    fd: BorrowedFd<'_>,
+    mut try_send: impl FnMut() -> Result<usize, Errno>,
+) -> Result<usize, Errno> {
+    loop {
+        match try_send() {
+            Err(Errno::AGAIN) => {
+                wait_writable(fd, None)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Waits until `fd` is writable (or hung up, or failed), or `deadline`
+/// passes: `true` if it is, `false` if the deadline came first (`None`: no
+/// deadline). A fiber parks on its worker's reactor; a thread waits in
+/// `poll(2)`.
+///
+/// A Unix datagram or seqpacket socket polls writable once its queued bytes
+/// are at most a quarter of its send buffer (`unix_writable`), the point at
+/// which the kernel would wake a blocked `sendmsg`, so a packet sent then
+/// is taken.
+pub(crate) fn wait_writable(fd: BorrowedFd<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+    crate::fiber::wait_fd(fd, Interest::Write, deadline)
+}
+
+/// `ioctl(fd, SIOCOUTQ)` and `getsockopt(fd, SO_SNDBUF)`: the bytes queued
+/// from `fd` and not yet read by its peer, counted as the kernel charges
+/// them (packet and overhead), and the send buffer they are held to.
+pub(crate) fn send_queue(fd: BorrowedFd<'_>) -> Result<(usize, usize), Errno> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: `SIOCOUTQ` (`TIOCOUTQ`) writes one `int` through its argument,
+    // which points to `queued`, alive and writable for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if r < 0 {
+        return Err(Errno::from_io_error(&io::Error::last_os_error()).unwrap_or(Errno::IO));
+    }
+    let size = net::sockopt::socket_send_buffer_size(fd)?;
+    Ok((queued.max(0) as usize, size))
 }
 
 /// `bytes` as uninitialised-or-not bytes (always sound: every `u8` is a
@@ -124,7 +191,7 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
 }
 
-/// Largest payload [`send_small`] takes, and the line between the plain
+/// Largest payload [`try_send_small`] takes, and the line between the plain
 /// `send`/`recv` paths and the `sendmsg`/`recvmsg` iovec paths.
 ///
 /// Set where the two cost the same. Send+receive of one message on a bytes
@@ -134,7 +201,7 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// sendrecv_`, bytes, on an Intel Xeon guest). The line is not a round 4 KiB
 /// so that a page of payload plus its framing (a typed message with a 4 KiB
 /// `serde_bytes` field is 4,098
-/// bytes) stays on the cheap path: at 4,096 it paid 1.2x. [`send_small`]'s
+/// bytes) stays on the cheap path: at 4,096 it paid 1.2x. [`try_send_small`]'s
 /// stack buffer is this size plus the header, which a task's stack (a
 /// fiber's, too) must allow for.
 pub(crate) const SMALL_MAX: usize = 7 * 1024;
