@@ -40,7 +40,7 @@ use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::shm::{self, Pool, Route, Take};
-use crate::ipc::wire::{Body, FdPacket, Header, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdPacket, Header, FDS_PER_PACKET, HEADER_LEN, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 pub(super) const IOV_MAX: usize = 1024;
@@ -102,10 +102,10 @@ impl OsSender {
         parts: &[IoSlice<'_>],
         channels: &[BorrowedFd<'_>],
     ) -> Result<(), SendError> {
-        if channels.len() >= MAX_FDS {
+        if channels.len() > MAX_FDS {
             return Err(SendError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("a message carries at most {} channels", MAX_FDS - 1),
+                format!("a message carries at most {MAX_FDS} descriptors"),
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -167,8 +167,9 @@ impl OsSender {
         }
     }
 
-    /// Sends the descriptor packet of the message tagged `tag`: `channels`,
-    /// then `carrier`. Nothing to send without descriptors.
+    /// Sends the descriptor packets of the message tagged `tag`: `channels`,
+    /// then `carrier`, [`FDS_PER_PACKET`] a packet. Nothing to send without
+    /// descriptors.
     #[inline]
     pub(super) fn send_fds(
         &self,
@@ -189,17 +190,24 @@ impl OsSender {
         carrier: Option<BorrowedFd<'_>>,
         tag: u64,
     ) -> Result<(), Errno> {
-        // On the stack: `send` checked `channels.len() < MAX_FDS`. The rest
-        // of the array holds our own socket as a filler and is never sent.
-        let mut fds = [self.fd(); MAX_FDS];
-        fds[..channels.len()].copy_from_slice(channels);
-        let mut count = channels.len();
-        if let Some(carrier) = carrier {
-            fds[count] = carrier;
-            count += 1;
+        // One packet's worth on the stack. The rest of the array holds our
+        // own socket as a filler and is never sent.
+        let mut fds = [self.fd(); FDS_PER_PACKET];
+        let mut all = channels.iter().copied().chain(carrier);
+        let nfds = channels.len() + usize::from(carrier.is_some());
+        // Every packet but the last full (`FdPacket::expected`), in order;
+        // `send` checked `channels.len() <= MAX_FDS`, so `index` fits a `u16`.
+        for index in 0..nfds.div_ceil(FDS_PER_PACKET) {
+            let mut count = 0;
+            for (slot, fd) in fds.iter_mut().zip(all.by_ref()) {
+                *slot = fd;
+                count += 1;
+            }
+            debug_assert_eq!(count, FdPacket::expected(nfds, index));
+            let packet = FdPacket { count, index, tag }.encode();
+            Os::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count])?;
         }
-        let packet = FdPacket { count, tag }.encode();
-        Os::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
+        Ok(())
     }
 
     /// Sends the payload in a region of the pool, one that `take` allows:
