@@ -413,7 +413,10 @@ fn a_forged_count_of_descriptors_is_checked_before_anything_is_kept() {
         (header_many(0, MAX_FDS as u32 + 1, 0, 1), "past the limit"),
         (header_many(0, u32::MAX, 0, 1), "u32::MAX"),
         (header_many(0, 64, 0, 1), "64 in the long form"),
-        (header(0, 0xFF, 0, (1 << 40) | 300, 1), "kinds beside a count"),
+        (
+            header(0, 0xFF, 0, (1 << 40) | 300, 1),
+            "kinds beside a count",
+        ),
         (header(0, 65, 0, 0, 1), "65 in the short form"),
     ] {
         raw_send(&raw, &bytes, &[]);

@@ -10,7 +10,7 @@
 //! - [`IpcFd`], a field type convertible from and to `OwnedFd`, `File`,
 //!   `UnixStream`, `UnixListener`, `TcpStream`, `TcpListener` and
 //!   `UdpSocket`;
-//! - the [`as_fd`](self::as_fd) module, for `#[serde(with = "...")]` on a
+//! - the [`as_fd`] module, for `#[serde(with = "...")]` on a
 //!   field of one of those types itself.
 //!
 //! ```

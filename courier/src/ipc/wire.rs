@@ -359,6 +359,23 @@ impl Header {
         Self::decode_slow(bytes)
     }
 
+    /// The descriptor count of a message of more than [`KINDS`]: `nfds`
+    /// is [`MANY`], and the count takes the place of the kinds.
+    #[cold]
+    fn decode_count(bytes: &[u8; HEADER_LEN], body: Body) -> Result<usize, WireError> {
+        if bytes[5] != MANY {
+            return Err(WireError::BadHeader("too many descriptors"));
+        }
+        if u128::from_le_bytes(field(bytes, 16)) >> 32 != 0 {
+            return Err(WireError::BadHeader("kinds beside a descriptor count"));
+        }
+        let nfds = u32::from_le_bytes(field(bytes, 16)) as usize;
+        if nfds <= KINDS || nfds > MAX_FDS + usize::from(body.has_carrier()) {
+            return Err(WireError::BadHeader("descriptor count out of range"));
+        }
+        Ok(nfds)
+    }
+
     #[cold]
     fn decode_slow(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
@@ -374,24 +391,12 @@ impl Header {
             3 => Body::Kept,
             _ => return Err(WireError::BadHeader("unknown body")),
         };
-        let total = u64::from_le_bytes(field(bytes, 8));
-        let mut kinds = u128::from_le_bytes(field(bytes, 16));
-        let nfds = match bytes[5] {
-            MANY => {
-                // The count in place of the kinds, which are implicit.
-                if kinds >> 32 != 0 {
-                    return Err(WireError::BadHeader("kinds beside a descriptor count"));
-                }
-                let nfds = kinds as u32 as usize;
-                if nfds <= KINDS || nfds > MAX_FDS + usize::from(body.has_carrier()) {
-                    return Err(WireError::BadHeader("descriptor count out of range"));
-                }
-                kinds = 0;
-                nfds
-            }
-            n if usize::from(n) <= KINDS => usize::from(n),
-            _ => return Err(WireError::BadHeader("too many descriptors")),
+        let nfds = usize::from(bytes[5]);
+        let (nfds, kinds) = match nfds <= KINDS {
+            true => (nfds, u128::from_le_bytes(field(bytes, 16))),
+            false => (Self::decode_count(bytes, body)?, 0),
         };
+        let total = u64::from_le_bytes(field(bytes, 8));
         if nfds < KINDS && kinds >> (2 * nfds) != 0 {
             return Err(WireError::BadHeader("kinds beyond the descriptor count"));
         }
@@ -413,6 +418,7 @@ impl Header {
             skew,
             streamed,
         };
+        // (A message of more has none: `kinds` is 0, all channels.)
         for i in 0..nfds.min(KINDS) {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
             let is_last = i + 1 == nfds;
@@ -562,7 +568,10 @@ mod tests {
         };
         assert!(Header::decode(&many(KINDS as u32 + 1)).is_ok());
         for count in [0, 1, KINDS as u32, MAX_FDS as u32 + 1, u32::MAX] {
-            assert!(matches!(Header::decode(&many(count)), Err(WireError::BadHeader(_))));
+            assert!(matches!(
+                Header::decode(&many(count)),
+                Err(WireError::BadHeader(_))
+            ));
         }
         let mut bad = many(300);
         bad[20] = 1;

@@ -70,7 +70,8 @@ pub fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
 
 /// Sends `bytes` as one packet on `fd`, with `fds` attached.
 pub fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut space =
+        vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
     net::sendmsg(

@@ -153,7 +153,10 @@ fn a_packet_carries_fds_per_packet_descriptors<T: Transport>() {
     );
     send::<T>(T::borrow(&a), b"full", &fds[..FDS_PER_PACKET]);
     let (got, packet) = recv::<T>(T::borrow(&b), 64, true, true).unwrap();
-    assert_eq!((got.as_slice(), packet.fds.len()), (&b"full"[..], FDS_PER_PACKET));
+    assert_eq!(
+        (got.as_slice(), packet.fds.len()),
+        (&b"full"[..], FDS_PER_PACKET)
+    );
     assert!(!packet.control_truncated);
     let x = T::identity(T::borrow(&x));
     assert!(packet.fds.iter().all(|fd| T::identity(T::borrow(fd)) == x));

@@ -180,7 +180,9 @@ impl OsReceiver {
             });
         }
         if backlog.refused.iter().any(|r| r.left > MAX_FDS + 1) {
-            return Err(WireError::BadHeader("backlog: too many descriptors to refuse"));
+            return Err(WireError::BadHeader(
+                "backlog: too many descriptors to refuse",
+            ));
         }
         state.refused.extend(backlog.refused);
         for r in backlog.regions {

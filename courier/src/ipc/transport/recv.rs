@@ -626,6 +626,18 @@ impl RecvState {
         };
         let m = &mut self.waiting[i];
         let (nfds, have) = (m.header.nfds, m.fds.len());
+        // The common case: a message of one packet, whole.
+        if !truncated && have == 0 && packet.index == 0 && packet.count == nfds && fds.len() == nfds
+        {
+            let Waiting { header, data, .. } = self.waiting.swap_remove(i);
+            self.ready.push_back(Ready {
+                header,
+                data,
+                fds,
+                resume: None,
+            });
+            return Ok(());
+        }
         let expected = FdPacket::expected(nfds, have / FDS_PER_PACKET);
         let fault = if truncated {
             Some(WireError::ControlTruncated)
@@ -652,13 +664,24 @@ impl RecvState {
         }
         // At most `nfds` (`MAX_FDS + 1`, checked by `Header::decode`), and
         // only what arrived.
-        m.fds.extend(fds);
-        if m.fds.len() < nfds {
+        if have + fds.len() < nfds {
+            m.fds.extend(fds);
             return Ok(());
         }
         let Waiting {
-            header, data, fds, ..
+            header,
+            data,
+            fds: mut first,
+            ..
         } = self.waiting.swap_remove(i);
+        // A message of one packet (the common case) keeps its vector.
+        let fds = match first.is_empty() {
+            true => fds,
+            false => {
+                first.extend(fds);
+                first
+            }
+        };
         self.ready.push_back(Ready {
             header,
             data,

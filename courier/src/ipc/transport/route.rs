@@ -40,7 +40,7 @@ use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::shm::{self, Pool, Route, Take};
-use crate::ipc::wire::{Body, FdPacket, Header, FDS_PER_PACKET, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdPacket, Header, FDS_PER_PACKET, HEADER_LEN, KINDS, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 pub(super) const IOV_MAX: usize = 1024;
@@ -190,24 +190,48 @@ impl OsSender {
         carrier: Option<BorrowedFd<'_>>,
         tag: u64,
     ) -> Result<(), Errno> {
-        // One packet's worth on the stack. The rest of the array holds our
-        // own socket as a filler and is never sent.
-        let mut fds = [self.fd(); FDS_PER_PACKET];
-        let mut all = channels.iter().copied().chain(carrier);
-        let nfds = channels.len() + usize::from(carrier.is_some());
         // Every packet but the last full (`FdPacket::expected`), in order;
         // `send` checked `channels.len() <= MAX_FDS`, so `index` fits a `u16`.
-        for index in 0..nfds.div_ceil(FDS_PER_PACKET) {
-            let mut count = 0;
-            for (slot, fd) in fds.iter_mut().zip(all.by_ref()) {
-                *slot = fd;
-                count += 1;
-            }
-            debug_assert_eq!(count, FdPacket::expected(nfds, index));
-            let packet = FdPacket { count, index, tag }.encode();
-            Os::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count])?;
+        let mut rest = channels;
+        let mut index = 0;
+        while rest.len() + usize::from(carrier.is_some()) > FDS_PER_PACKET {
+            let (now, later) = rest.split_at(FDS_PER_PACKET);
+            self.send_fd_chunk(now, None, index, tag)?;
+            (rest, index) = (later, index + 1);
         }
-        Ok(())
+        self.send_fd_chunk(rest, carrier, index, tag)
+    }
+
+    /// Sends descriptor packet `index` of the message `tag`: `channels`,
+    /// then `carrier` (at most [`FDS_PER_PACKET`] in all).
+    fn send_fd_chunk(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        index: usize,
+        tag: u64,
+    ) -> Result<(), Errno> {
+        let count = channels.len() + usize::from(carrier.is_some());
+        let packet = FdPacket { count, index, tag }.encode();
+        let packet = [IoSlice::new(&packet)];
+        match carrier {
+            None => Os::send(self.fd(), &packet, channels),
+            // Gathered on the stack when short (the rest of the array holds
+            // our own socket as a filler and is never sent), else on the
+            // heap, beside a payload too large for a packet.
+            Some(carrier) if count <= KINDS => {
+                let mut fds = [self.fd(); KINDS];
+                fds[..channels.len()].copy_from_slice(channels);
+                fds[channels.len()] = carrier;
+                Os::send(self.fd(), &packet, &fds[..count])
+            }
+            Some(carrier) => {
+                let mut fds = channels.to_vec();
+                fds.push(carrier);
+                Os::send(self.fd(), &packet, &fds)
+            }
+        }
+        .map(drop)
     }
 
     /// Sends the payload in a region of the pool, one that `take` allows:

@@ -471,8 +471,14 @@ mod tests {
         assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
         let refused = net::sendmsg(&a, &[IoSlice::new(b"x")], &mut control, SendFlags::NOSIGNAL);
         assert_eq!(refused.map(drop), Err(Errno::INVAL));
-        assert_eq!(send(a.as_fd(), &[IoSlice::new(b"y")], &fds), Err(Errno::TOOMANYREFS));
-        assert_eq!(send(a.as_fd(), &[IoSlice::new(b"z")], &fds[..MAX_FDS]), Ok(1));
+        assert_eq!(
+            send(a.as_fd(), &[IoSlice::new(b"y")], &fds),
+            Err(Errno::TOOMANYREFS)
+        );
+        assert_eq!(
+            send(a.as_fd(), &[IoSlice::new(b"z")], &fds[..MAX_FDS]),
+            Ok(1)
+        );
         let mut buf = [MaybeUninit::<u8>::uninit(); 4];
         let mut ubuf = crate::buf::UbufMut::new(&mut buf);
         let mut iov = [RawIoVec::EMPTY; 1];
