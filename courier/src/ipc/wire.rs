@@ -321,16 +321,11 @@ impl Header {
         out[4] = self.body as u8;
         out[6] = self.skew;
         out[7] = u8::from(self.streamed) * STREAMED;
+        out[5] = self.nfds as u8;
         out[8..16].copy_from_slice(&self.total.to_le_bytes());
-        match self.nfds <= KINDS {
-            true => {
-                out[5] = self.nfds as u8;
-                out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
-            }
-            false => {
-                out[5] = MANY;
-                out[16..20].copy_from_slice(&(self.nfds as u32).to_le_bytes());
-            }
+        out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
+        if self.nfds > KINDS {
+            encode_count(&mut out, self.nfds);
         }
         out[32..40].copy_from_slice(&self.tag.to_le_bytes());
         out
@@ -437,6 +432,14 @@ impl Header {
         }
         Ok(header)
     }
+}
+
+/// Writes the count of a message of more than [`KINDS`] descriptors in
+/// place of its kinds (all implicit, so `kinds` is 0 there).
+#[cold]
+fn encode_count(out: &mut [u8; HEADER_LEN], nfds: usize) {
+    out[5] = MANY;
+    out[16..20].copy_from_slice(&(nfds as u32).to_le_bytes());
 }
 
 /// The `N` bytes of `bytes` at offset `at` (constant offsets inside the header).
@@ -595,8 +598,12 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN)) {
             let header: [u8; HEADER_LEN] = bytes.clone().try_into().unwrap();
-            let _ = Header::decode(&header);
-            let _ = FdPacket::decode(&bytes[..FD_PACKET_LEN]);
+            if let Ok(h) = Header::decode(&header) {
+                proptest::prop_assert_eq!(h.encode(), header);
+            }
+            if let Ok(p) = FdPacket::decode(&bytes[..FD_PACKET_LEN]) {
+                proptest::prop_assert_eq!(&p.encode()[..], &bytes[..FD_PACKET_LEN]);
+            }
             let _ = PacketKind::of(&bytes);
         }
     }
