@@ -35,8 +35,9 @@
 //!
 //!   Kinds need no room there: only the carrier is not a channel, and it is
 //!   always last, so every descriptor of such a message is a channel but
-//!   the last, which is the carrier if `body` has one. Messages of at most
-//!   64 descriptors, the common case, are laid out as they always were.
+//!   the last, which is the carrier if `body` has one. The common case, a
+//!   message of at most 64 descriptors, decodes as fast as one of none but
+//!   for its kinds (the long count is decoded out of line).
 //! * `total` is the length of the whole payload: the receiver checks it
 //!   against its limit *before* it allocates, and allocates exactly once.
 //! * `skew` (regions only, below [`SKEW_ALIGN`]): how far past the region's
@@ -62,18 +63,6 @@
 //!              u16 LE  u16 LE  u64 LE
 //! ```
 //!
-//! One control message carries at most [`FDS_PER_PACKET`] descriptors
-//! (Linux's `SCM_MAX_FD`, 253), so a message of more sends them in several
-//! packets, in order: packet `index` (from 0) carries descriptors `253 *
-//! index ..`, every packet but the last exactly 253, the last the rest
-//! (`count` says how many, 1 to 253). The receiver knows from the header
-//! how many packets to expect and what each must hold, so it checks every
-//! packet's index and count before it keeps its descriptors, and never
-//! allocates for a count it was told: the descriptors it keeps are those
-//! that arrived. A message of at most 253 descriptors (index 0) is laid out
-//! as it was before messages could carry more (a `u32` count, its upper
-//! half zero).
-//!
 //! So the receiver reads data packets with plain `recv(2)`, and needs
 //! `recvmsg(2)` with a control buffer only after a header announced
 //! descriptors: measured here, `recvmsg` with a control buffer and an iovec
@@ -81,6 +70,27 @@
 //! channel has over a raw socket. Other senders' packets may come between a
 //! data packet and its descriptor packet (two `sendmsg` calls are not one
 //! atomic write), hence the tag.
+//!
+//! ## Many descriptors
+//! One control message carries at most [`FDS_PER_PACKET`] descriptors
+//! (Linux's `SCM_MAX_FD`, 253), so a message of more sends them in several
+//! packets, in order: packet `index` (from 0) carries descriptors `253 *
+//! index ..`, every packet but the last exactly 253, the last the rest
+//! (`count` says how many, 1 to 253). A message of at most 253 descriptors
+//! has one packet, index 0 (its bytes 4..8 read as a `u32` count). A sender
+//! refuses a message of more than [`MAX_FDS`] before anything is sent.
+//!
+//! The receiver knows from the header how many packets to expect and what
+//! each must hold, so it checks every packet's index and count (and the
+//! descriptors actually attached) before it keeps its descriptors, and it
+//! never allocates for a count it was told: it keeps the descriptors that
+//! arrived. A packet out of order, miscounted, short of descriptors or cut
+//! by the kernel (`MSG_CTRUNC`: the receiver is out of descriptors) fails
+//! its message alone: the descriptors that came are closed, the message's
+//! later packets are dropped as they come, and the channel goes on. A
+//! packet under a tag no message waits for fails alone; a message whose
+//! packets never all come is given up like one whose only packet never
+//! comes.
 //!
 //! Everything here is decoded from bytes a peer wrote, so every field is
 //! checked and every failure is a [`WireError`], never a panic.
