@@ -10,7 +10,8 @@
 //!
 //! `ab`: 40 rounds of 20,000 messages each way, the median ratio and its
 //! quartiles. `courier` / `floor`: 100,000 messages of one only (divide a
-//! callgrind count by 100,000).
+//! callgrind count by 100,000). `courier_fd`: 100,000 typed messages of
+//! `size` bytes and one descriptor (a channel end), for the descriptor path.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -23,6 +24,9 @@ fn main() {
     let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let data = vec![7u8; size];
     let (tx, rx) = courier::ipc::bytes_channel().expect("channel");
+    let (fd_tx, fd_rx) =
+        courier::ipc::channel::<(serde_bytes::ByteBuf, FdMessage)>().expect("channel");
+    let (end, _end_rx) = courier::ipc::channel::<u8>().expect("channel");
     let (a, b) = net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -39,8 +43,14 @@ fn main() {
         net::send(&a, &data, SendFlags::NOSIGNAL).expect("send");
         black_box(net::recv(&b, &mut out[..], RecvFlags::empty()).expect("recv"));
     };
+    let courier_fd = || {
+        let bytes = serde_bytes::ByteBuf::from(data.clone());
+        fd_tx.send((bytes, end.clone())).expect("send");
+        black_box(fd_rx.recv().expect("recv"));
+    };
     match what.as_str() {
         "courier" => (0..100_000).for_each(|_| courier()),
+        "courier_fd" => (0..100_000).for_each(|_| courier_fd()),
         "floor" => (0..100_000).for_each(|_| floor()),
         "ab" => {
             let per_msg = |f: &mut dyn FnMut()| {
@@ -57,6 +67,9 @@ fn main() {
                 ratios[20], ratios[10], ratios[30]
             );
         }
-        _ => eprintln!("usage: floor_ab ab|courier|floor [size]"),
+        _ => eprintln!("usage: floor_ab ab|courier|courier_fd|floor [size]"),
     }
 }
+
+/// The descriptor of a `courier_fd` message.
+type FdMessage = courier::ipc::IpcSender<u8>;

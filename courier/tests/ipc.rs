@@ -793,8 +793,10 @@ fn many_channels_in_one_message_and_a_limit() {
         s.send(i as u8).unwrap();
         assert_eq!(r.recv().unwrap(), i as u8);
     }
-    // 64 channel ends exceed what one message may carry: an error, not a panic.
-    let too_many: Vec<_> = (0..64).map(|_| ipc::channel::<u8>().unwrap().0).collect();
+    // One more channel end than a message may carry: an error, not a panic.
+    let too_many: Vec<_> = (0..=ipc::MAX_FDS)
+        .map(|_| ipc::channel::<u8>().unwrap().0)
+        .collect();
     assert!(matches!(tx.send(too_many), Err(IpcError::Io(_))));
     // Channels also travel with payloads in shared memory and fragments.
     for large in [LargeMessages::SharedMemory, LargeMessages::Fragments] {
@@ -1440,8 +1442,8 @@ fn oversized_packets_and_descriptor_floods() {
         expect_wire_error(rx.recv(), "oversized"),
         Some(WireError::Truncated)
     );
-    // More descriptors than any message may carry: the kernel truncates the
-    // control data, the receiver reports it and closes what did arrive.
+    // More descriptors in a packet than its message announced: the receiver
+    // reports it and closes them all.
     let pipes: Vec<_> = (0..40).map(|_| rustix::pipe::pipe().unwrap()).collect();
     let fds: Vec<_> = pipes
         .iter()
@@ -1451,7 +1453,10 @@ fn oversized_packets_and_descriptor_floods() {
     raw_send(&raw, &fd_packet(80, 11), &fds);
     assert_eq!(
         expect_wire_error(rx.recv(), "flood"),
-        Some(WireError::ControlTruncated)
+        Some(WireError::UnexpectedFds {
+            announced: 64,
+            received: 80
+        })
     );
     drop(fds);
     drop(pipes);

@@ -46,9 +46,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A message carries at most [`MAX_FDS`](super::MAX_FDS)` - 1` descriptors
-//! in all (channel ends, shared-memory regions and these together); a send
-//! with more fails with an error, before anything is sent.
+//! A message carries at most [`MAX_FDS`](super::MAX_FDS) (4,096)
+//! descriptors in all (channel ends, shared-memory regions and these
+//! together), 253 a descriptor packet; a send with more fails with an error,
+//! before anything is sent. A receiver that runs out of descriptors part-way
+//! (`EMFILE`) gets an error for that message alone
+//! ([`WireError::ControlTruncated`](super::WireError::ControlTruncated)):
+//! the descriptors that came are closed, and the channel goes on.
 
 use std::fmt;
 use std::fs::File;

@@ -37,12 +37,13 @@
 //!
 //! A message is one send and one receive system call when it fits one packet
 //! (about 208 KiB with Linux defaults) and carries no channels; channels add a
-//! descriptor packet. A larger payload goes through a pooled, sealed memfd
-//! region (one copy in, one copy out, no page faults once warm), or, with
-//! [`LargeMessages::Fragments`], is fragmented over a socket dedicated to it.
-//! A message carries at most [`MAX_FDS`]` - 1` channels and shared-memory
-//! regions ([`IpcSharedMemory`]: memory every process it reaches maps, sent
-//! as a descriptor, never copied).
+//! descriptor packet per 253 descriptors (Linux's `SCM_MAX_FD`). A larger
+//! payload goes through a pooled, sealed memfd region (one copy in, one copy
+//! out, no page faults once warm), or, with [`LargeMessages::Fragments`], is
+//! fragmented over a socket dedicated to it. A message carries at most
+//! [`MAX_FDS`] (4,096) channels, shared-memory regions ([`IpcSharedMemory`]:
+//! memory every process it reaches maps, sent as a descriptor, never copied)
+//! and [`IpcFd`]s; a send of more fails before anything is sent.
 //!
 //! # Allocation
 //! Sending allocates nothing once warm: typed messages are encoded into a

@@ -21,7 +21,23 @@
 //!   in a region the receiver already holds, named by `tag`; no descriptors).
 //! * `nfds` is the number of descriptors the message carries and `kinds`
 //!   says what each one is, so the receiver never guesses by `fstat` or by
-//!   position (as ipc-channel does).
+//!   position (as ipc-channel does). Up to [`KINDS`] (64) descriptors, that
+//!   is all; a message of more sets `nfds` to [`MANY`] (255) and writes its
+//!   count in the first 4 bytes of `kinds` (u32 LE, the other 12 zero):
+//!
+//!   ```text
+//!    5      16           20                        32
+//!   +----+ ..+------------+-------------------------+
+//!   |0xFF|   | count      | 0                       |
+//!   +----+ ..+------------+-------------------------+
+//!             u32 LE, 64 < count <= MAX_FDS + 1
+//!   ```
+//!
+//!   Kinds need no room there: only the carrier is not a channel, and it is
+//!   always last, so every descriptor of such a message is a channel but
+//!   the last, which is the carrier if `body` has one. The common case, a
+//!   message of at most 64 descriptors, decodes as fast as one of none but
+//!   for its kinds (the long count is decoded out of line).
 //! * `total` is the length of the whole payload: the receiver checks it
 //!   against its limit *before* it allocates, and allocates exactly once.
 //! * `skew` (regions only, below [`SKEW_ALIGN`]): how far past the region's
@@ -34,16 +50,17 @@
 //!   before the payload was written; the region says how far it is filled
 //!   (see `shm`'s streaming).
 //!
-//! # Descriptors travel in a packet of their own
+//! # Descriptors travel in packets of their own
 //! A data packet never carries descriptors. A message with descriptors is
-//! its data packet followed by a 16-byte **descriptor packet** with the
+//! its data packet followed by 16-byte **descriptor packets** with the
 //! descriptors attached (`SCM_RIGHTS`), matched to the message by `tag`:
 //!
 //! ```text
-//!  0          4          8                 16
-//!  +----------+----------+-----------------+
-//!  | FD_MAGIC | count    | tag             |
-//!  +----------+----------+-----------------+
+//!  0          4       6       8                 16
+//!  +----------+-------+-------+-----------------+
+//!  | FD_MAGIC | count | index | tag             |
+//!  +----------+-------+-------+-----------------+
+//!              u16 LE  u16 LE  u64 LE
 //! ```
 //!
 //! So the receiver reads data packets with plain `recv(2)`, and needs
@@ -54,10 +71,32 @@
 //! data packet and its descriptor packet (two `sendmsg` calls are not one
 //! atomic write), hence the tag.
 //!
+//! ## Many descriptors
+//! One control message carries at most [`FDS_PER_PACKET`] descriptors
+//! (Linux's `SCM_MAX_FD`, 253), so a message of more sends them in several
+//! packets, in order: packet `index` (from 0) carries descriptors `253 *
+//! index ..`, every packet but the last exactly 253, the last the rest
+//! (`count` says how many, 1 to 253). A message of at most 253 descriptors
+//! has one packet, index 0 (its bytes 4..8 read as a `u32` count). A sender
+//! refuses a message of more than [`MAX_FDS`] before anything is sent.
+//!
+//! The receiver knows from the header how many packets to expect and what
+//! each must hold, so it checks every packet's index and count (and the
+//! descriptors actually attached) before it keeps its descriptors, and it
+//! never allocates for a count it was told: it keeps the descriptors that
+//! arrived. A packet out of order, miscounted, short of descriptors or cut
+//! by the kernel (`MSG_CTRUNC`: the receiver is out of descriptors) fails
+//! its message alone: the descriptors that came are closed, the message's
+//! later packets are dropped as they come, and the channel goes on. A
+//! packet under a tag no message waits for fails alone; a message whose
+//! packets never all come is given up like one whose only packet never
+//! comes.
+//!
 //! Everything here is decoded from bytes a peer wrote, so every field is
 //! checked and every failure is a [`WireError`], never a panic.
 
 use super::err::WireError;
+pub(crate) use super::platform::FDS_PER_PACKET;
 
 /// Size of the header in bytes; payloads start 8-byte aligned right after it.
 pub(crate) const HEADER_LEN: usize = 40;
@@ -95,18 +134,42 @@ impl PacketKind {
     }
 }
 
-/// The packet that carries a message's descriptors.
+/// A packet that carries (some of) a message's descriptors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FdPacket {
+    /// Descriptors attached to this packet (1 to [`FDS_PER_PACKET`]).
     pub count: usize,
+    /// This packet's place among the message's descriptor packets, from 0.
+    pub index: usize,
+    /// The tag of the message.
     pub tag: u64,
 }
 
 impl FdPacket {
+    /// The first packet of the message `tag`, carrying `count` descriptors.
+    #[cfg(test)]
+    pub fn first(count: usize, tag: u64) -> Self {
+        FdPacket {
+            count,
+            index: 0,
+            tag,
+        }
+    }
+
+    /// How many descriptors packet `index` of a message of `nfds` must
+    /// carry: [`FDS_PER_PACKET`] but for the last, which carries the rest
+    /// (0 past the last).
+    pub fn expected(nfds: usize, index: usize) -> usize {
+        nfds.saturating_sub(index.saturating_mul(FDS_PER_PACKET))
+            .min(FDS_PER_PACKET)
+    }
+
     pub fn encode(&self) -> [u8; FD_PACKET_LEN] {
+        debug_assert!(self.count <= FDS_PER_PACKET && self.index <= usize::from(u16::MAX));
         let mut out = [0u8; FD_PACKET_LEN];
         out[0..4].copy_from_slice(&FD_MAGIC.to_le_bytes());
-        out[4..8].copy_from_slice(&(self.count as u32).to_le_bytes());
+        out[4..6].copy_from_slice(&(self.count as u16).to_le_bytes());
+        out[6..8].copy_from_slice(&(self.index as u16).to_le_bytes());
         out[8..16].copy_from_slice(&self.tag.to_le_bytes());
         out
     }
@@ -118,17 +181,30 @@ impl FdPacket {
         if u32::from_le_bytes(*bytes.first_chunk::<4>().unwrap_or(&[0; 4])) != FD_MAGIC {
             return Err(WireError::BadHeader("bad magic"));
         }
-        let count = u32::from_le_bytes(field(bytes, 4)) as usize;
+        let count = usize::from(u16::from_le_bytes(field(bytes, 4)));
+        if count == 0 || count > FDS_PER_PACKET {
+            return Err(WireError::BadHeader("descriptor packet count out of range"));
+        }
         Ok(FdPacket {
             count,
+            index: usize::from(u16::from_le_bytes(field(bytes, 6))),
             tag: u64::from_le_bytes(field(bytes, 8)),
         })
     }
 }
 
-/// The most descriptors one message may carry (the `kinds` field has room for
-/// 64, and the receiver's control buffer is sized for that many).
-pub const MAX_FDS: usize = 64;
+/// The most descriptors one message may carry: channels, shared-memory
+/// regions and [`IpcFd`](super::IpcFd)s together. A send of more fails
+/// before anything is sent. A message of more than 253 (Linux's
+/// `SCM_MAX_FD`) sends them in several descriptor packets.
+pub const MAX_FDS: usize = 4096;
+
+/// Descriptors of a message whose kinds the header spells out; a message of
+/// more writes [`MANY`] in place of its count (see the module docs).
+pub(crate) const KINDS: usize = 64;
+
+/// The header's `nfds` byte of a message of more than [`KINDS`] descriptors.
+const MANY: u8 = 0xFF;
 
 /// Where a message's payload travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,12 +270,14 @@ impl Header {
     /// A header for a message of `total` payload bytes with `channels` channel
     /// descriptors, plus one carrier descriptor if the body has one.
     pub fn new(body: Body, total: usize, channels: usize, tag: u64) -> Self {
-        debug_assert!(channels + usize::from(body.has_carrier()) <= MAX_FDS);
+        debug_assert!(channels <= MAX_FDS);
         debug_assert!(body != Body::Kept || channels == 0);
         let mut nfds = channels;
         let mut kinds = 0u128; // Channel is 0: only the carrier needs bits.
         if body.has_carrier() {
-            kinds |= (FdKind::Carrier as u128) << (2 * nfds);
+            if nfds < KINDS {
+                kinds |= (FdKind::Carrier as u128) << (2 * nfds);
+            }
             nfds += 1;
         }
         Header {
@@ -227,6 +305,13 @@ impl Header {
 
     /// The kind of descriptor `i` (`i < nfds`).
     pub fn kind(&self, i: usize) -> FdKind {
+        if i >= KINDS {
+            // Past the header's kinds: a channel, or the carrier, last.
+            return match i + 1 == self.nfds && self.body.has_carrier() {
+                true => FdKind::Carrier,
+                false => FdKind::Channel,
+            };
+        }
         // Kinds were validated by `decode`; `new` writes only valid ones.
         match (self.kinds >> (2 * i)) & 0b11 {
             3 => FdKind::Carrier,
@@ -244,11 +329,14 @@ impl Header {
         let mut out = [0u8; HEADER_LEN];
         out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         out[4] = self.body as u8;
-        out[5] = self.nfds as u8;
         out[6] = self.skew;
         out[7] = u8::from(self.streamed) * STREAMED;
+        out[5] = self.nfds as u8;
         out[8..16].copy_from_slice(&self.total.to_le_bytes());
         out[16..32].copy_from_slice(&self.kinds.to_le_bytes());
+        if self.nfds > KINDS {
+            encode_count(&mut out, self.nfds);
+        }
         out[32..40].copy_from_slice(&self.tag.to_le_bytes());
         out
     }
@@ -276,6 +364,23 @@ impl Header {
         Self::decode_slow(bytes)
     }
 
+    /// The descriptor count of a message of more than [`KINDS`]: `nfds`
+    /// is [`MANY`], and the count takes the place of the kinds.
+    #[cold]
+    fn decode_count(bytes: &[u8; HEADER_LEN], body: Body) -> Result<usize, WireError> {
+        if bytes[5] != MANY {
+            return Err(WireError::BadHeader("too many descriptors"));
+        }
+        if u128::from_le_bytes(field(bytes, 16)) >> 32 != 0 {
+            return Err(WireError::BadHeader("kinds beside a descriptor count"));
+        }
+        let nfds = u32::from_le_bytes(field(bytes, 16)) as usize;
+        if nfds <= KINDS || nfds > MAX_FDS + usize::from(body.has_carrier()) {
+            return Err(WireError::BadHeader("descriptor count out of range"));
+        }
+        Ok(nfds)
+    }
+
     #[cold]
     fn decode_slow(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
@@ -292,12 +397,12 @@ impl Header {
             _ => return Err(WireError::BadHeader("unknown body")),
         };
         let nfds = usize::from(bytes[5]);
-        if nfds > MAX_FDS {
-            return Err(WireError::BadHeader("too many descriptors"));
-        }
+        let (nfds, kinds) = match nfds <= KINDS {
+            true => (nfds, u128::from_le_bytes(field(bytes, 16))),
+            false => (Self::decode_count(bytes, body)?, 0),
+        };
         let total = u64::from_le_bytes(field(bytes, 8));
-        let kinds = u128::from_le_bytes(field(bytes, 16));
-        if nfds < MAX_FDS && kinds >> (2 * nfds) != 0 {
+        if nfds < KINDS && kinds >> (2 * nfds) != 0 {
             return Err(WireError::BadHeader("kinds beyond the descriptor count"));
         }
         let tag = u64::from_le_bytes(field(bytes, 32));
@@ -318,7 +423,8 @@ impl Header {
             skew,
             streamed,
         };
-        for i in 0..nfds {
+        // (A message of more has none: `kinds` is 0, all channels.)
+        for i in 0..nfds.min(KINDS) {
             let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
             let is_last = i + 1 == nfds;
             let carrier_expected = is_last && body.has_carrier();
@@ -336,6 +442,14 @@ impl Header {
         }
         Ok(header)
     }
+}
+
+/// Writes the count of a message of more than [`KINDS`] descriptors in
+/// place of its kinds (all implicit, so `kinds` is 0 there).
+#[cold]
+fn encode_count(out: &mut [u8; HEADER_LEN], nfds: usize) {
+    out[5] = MANY;
+    out[16..20].copy_from_slice(&(nfds as u32).to_le_bytes());
 }
 
 /// The `N` bytes of `bytes` at offset `at` (constant offsets inside the header).
@@ -374,6 +488,7 @@ mod tests {
         }
         let p = FdPacket {
             count: 7,
+            index: 3,
             tag: u64::MAX,
         };
         assert_eq!(FdPacket::decode(&p.encode()), Ok(p));
@@ -382,6 +497,36 @@ mod tests {
             PacketKind::of(&Header::new(Body::Inline, 0, 0, 0).encode()),
             Ok(PacketKind::Data)
         );
+    }
+
+    #[test]
+    fn many_descriptors_roundtrip_with_implicit_kinds() {
+        for (body, channels) in [
+            (Body::Inline, KINDS),
+            (Body::Inline, KINDS + 1),
+            (Body::Inline, MAX_FDS),
+            (Body::SharedMemory, KINDS - 1),
+            (Body::SharedMemory, KINDS),
+            (Body::Fragmented, 1000),
+            (Body::SharedMemory, MAX_FDS),
+        ] {
+            let h = Header::new(body, 7, channels, 42);
+            let bytes = h.encode();
+            assert_eq!(Header::decode(&bytes), Ok(h), "{body:?} {channels}");
+            let nfds = channels + usize::from(body.has_carrier());
+            assert_eq!(h.nfds, nfds);
+            assert_eq!(bytes[5] == MANY, nfds > KINDS);
+            for i in 0..nfds {
+                let carrier = body.has_carrier() && i + 1 == nfds;
+                assert_eq!(h.kind(i) == FdKind::Carrier, carrier, "{body:?} {i}");
+            }
+        }
+        // Descriptor packets: every one full but the last.
+        assert_eq!(FdPacket::expected(300, 0), FDS_PER_PACKET);
+        assert_eq!(FdPacket::expected(300, 1), 300 - FDS_PER_PACKET);
+        assert_eq!(FdPacket::expected(300, 2), 0);
+        assert_eq!(FdPacket::expected(2 * FDS_PER_PACKET, 1), FDS_PER_PACKET);
+        assert_eq!(FdPacket::expected(1, usize::MAX), 0);
     }
 
     #[test]
@@ -427,6 +572,32 @@ mod tests {
         let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[5] = 65;
         assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        // A long count where a short one fits, past the limit, or with kinds.
+        let many = |count: u32| {
+            let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
+            bad[5] = MANY;
+            bad[16..20].copy_from_slice(&count.to_le_bytes());
+            bad
+        };
+        assert!(Header::decode(&many(KINDS as u32 + 1)).is_ok());
+        for count in [0, 1, KINDS as u32, MAX_FDS as u32 + 1, u32::MAX] {
+            assert!(matches!(
+                Header::decode(&many(count)),
+                Err(WireError::BadHeader(_))
+            ));
+        }
+        let mut bad = many(300);
+        bad[20] = 1;
+        assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        let mut bad = many(MAX_FDS as u32 + 1);
+        bad[4] = Body::SharedMemory as u8;
+        assert!(Header::decode(&bad).is_ok(), "the carrier past the limit");
+        // Descriptor packets counting none, or more than a packet carries.
+        for count in [0u16, FDS_PER_PACKET as u16 + 1, u16::MAX] {
+            let mut bad = FdPacket::first(1, 9).encode();
+            bad[4..6].copy_from_slice(&count.to_le_bytes());
+            assert!(FdPacket::decode(&bad).is_err());
+        }
         // Descriptor packets of the wrong size or magic.
         assert!(FdPacket::decode(&[0; 15]).is_err());
         assert!(FdPacket::decode(&[0; 16]).is_err());
@@ -437,8 +608,12 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN)) {
             let header: [u8; HEADER_LEN] = bytes.clone().try_into().unwrap();
-            let _ = Header::decode(&header);
-            let _ = FdPacket::decode(&bytes[..FD_PACKET_LEN]);
+            if let Ok(h) = Header::decode(&header) {
+                proptest::prop_assert_eq!(h.encode(), header);
+            }
+            if let Ok(p) = FdPacket::decode(&bytes[..FD_PACKET_LEN]) {
+                proptest::prop_assert_eq!(&p.encode()[..], &bytes[..FD_PACKET_LEN]);
+            }
             let _ = PacketKind::of(&bytes);
         }
     }

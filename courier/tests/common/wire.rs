@@ -42,6 +42,23 @@ pub fn wire_error(e: &std::io::Error) -> Option<WireError> {
         .copied()
 }
 
+/// The header of a message of more than 64 descriptors: `nfds` is 255
+/// and the count takes the place of the kinds (all implicit).
+pub fn header_many(body: u8, count: u32, total: u64, tag: u64) -> Vec<u8> {
+    header(body, 0xFF, total, u128::from(count), tag)
+}
+
+/// Descriptor packet `index` (from 0) of the message `tag`, naming `count`
+/// descriptors.
+pub fn fd_packet_at(count: u16, index: u16, tag: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(16);
+    p.extend_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    p.extend_from_slice(&count.to_le_bytes());
+    p.extend_from_slice(&index.to_le_bytes());
+    p.extend_from_slice(&tag.to_le_bytes());
+    p
+}
+
 /// A descriptor packet naming `count` descriptors of the message `tag`.
 pub fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
     let mut p = Vec::with_capacity(16);
@@ -53,7 +70,8 @@ pub fn fd_packet(count: u32, tag: u64) -> Vec<u8> {
 
 /// Sends `bytes` as one packet on `fd`, with `fds` attached.
 pub fn raw_send(fd: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(80))];
+    let mut space =
+        vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
     net::sendmsg(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use super::{Memory, Packet, RegionMap, Transport};
+use super::{Memory, Packet, RegionMap, Transport, FDS_PER_PACKET};
 use crate::buf::{RawIoVec, UbufMut};
 
 /// Receives one packet into a fresh buffer of `room` bytes.
@@ -139,6 +139,31 @@ fn descriptors_travel_in_order<T: Transport>() {
     assert_eq!((got.as_slice(), packet.fds.len()), (&b"lost"[..], 0));
     assert!(T::hung_up(T::borrow(&y1)));
     assert!(!T::hung_up(T::borrow(&y2)));
+}
+
+/// A packet carries [`FDS_PER_PACKET`] descriptors, all received in one
+/// read; one more is refused (`ETOOMANYREFS`) and nothing is sent.
+fn a_packet_carries_fds_per_packet_descriptors<T: Transport>() {
+    let (a, b) = T::pair().unwrap();
+    let (x, _y) = T::pair().unwrap();
+    let fds = vec![T::borrow(&x); FDS_PER_PACKET + 1];
+    assert_eq!(
+        T::send(T::borrow(&a), &[IoSlice::new(b"many")], &fds).map(drop),
+        Err(Errno::TOOMANYREFS)
+    );
+    send::<T>(T::borrow(&a), b"full", &fds[..FDS_PER_PACKET]);
+    let (got, packet) = recv::<T>(T::borrow(&b), 64, true, true).unwrap();
+    assert_eq!(
+        (got.as_slice(), packet.fds.len()),
+        (&b"full"[..], FDS_PER_PACKET)
+    );
+    assert!(!packet.control_truncated);
+    let x = T::identity(T::borrow(&x));
+    assert!(packet.fds.iter().all(|fd| T::identity(T::borrow(fd)) == x));
+    assert!(matches!(
+        recv::<T>(T::borrow(&b), 64, true, true),
+        Err(Errno::AGAIN)
+    ));
 }
 
 /// A closed peer: queued packets are still read, then a read of zero bytes
@@ -299,6 +324,7 @@ suite!(
     an_empty_queue_would_block,
     a_peek_leaves_the_packet,
     descriptors_travel_in_order,
+    a_packet_carries_fds_per_packet_descriptors,
     a_closed_peer_hangs_up,
     waits_time_out,
     a_blocking_receive_waits,

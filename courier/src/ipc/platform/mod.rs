@@ -68,9 +68,12 @@ compile_error!(
      beside `ipc/platform/linux/`"
 );
 
-/// The most descriptors one packet carries (the receiver's control buffer
-/// is sized for that many).
-pub(crate) const FDS_PER_PACKET: usize = 64;
+/// The most descriptors one packet carries: Linux's `SCM_MAX_FD` (the kernel
+/// refuses more in one `SCM_RIGHTS` message with `EINVAL`; a test in
+/// `linux::socket` checks it on the running kernel). The receiver's control
+/// buffer is sized for that many; a message of more sends them in several
+/// packets (see the wire format).
+pub(crate) const FDS_PER_PACKET: usize = 253;
 
 /// The longest header [`Transport::try_send_small`] puts before a small payload.
 pub(crate) const SMALL_HEAD: usize = 64;
@@ -102,6 +105,9 @@ pub(crate) struct Packet<Fd> {
 ///   when the queue has no room, and then sends nothing;
 /// * a packet longer than the buffers is cut (`truncated`, the rest lost),
 ///   and [`recv_whole`](Self::recv_whole) returns its whole length;
+/// * a packet carries up to [`FDS_PER_PACKET`] descriptors, received whole
+///   by one read with `control`; more is refused (`ETOOMANYREFS`) and
+///   nothing is sent;
 /// * descriptors of a packet read without `control` are closed, never
 ///   leaked; a packet longer than [`max_packet`](Self::max_packet) is
 ///   refused (`EMSGSIZE`, or `ENOBUFS` when memory is short) and nothing

@@ -7,14 +7,14 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::read::check;
-use super::recv::{OsReceiver, Ready, RecvState, Waiting, MAX_REFUSED, MAX_WAITING};
+use super::recv::{OsReceiver, Ready, RecvState, Refused, Waiting, MAX_REFUSED, MAX_WAITING};
 use super::RecvError;
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
 use crate::ipc::handles::Descriptor;
 use crate::ipc::platform::OwnedFd;
 use crate::ipc::shm::KeptRegion;
-use crate::ipc::wire::{Body, Header, HEADER_LEN};
+use crate::ipc::wire::{Body, Header, FDS_PER_PACKET, HEADER_LEN, MAX_FDS};
 
 /// What a receiver had read off its socket but not handed out, when it is
 /// sent to another process: it travels inside the message that carries the
@@ -27,7 +27,7 @@ use crate::ipc::wire::{Body, Header, HEADER_LEN};
 pub(crate) struct Backlog {
     waiting: Vec<Parked>,
     ready: Vec<Parked>,
-    refused: Vec<u64>,
+    refused: Vec<Refused>,
     regions: Vec<ParkedRegion>,
 }
 
@@ -116,7 +116,7 @@ impl OsReceiver {
         Some(Backlog {
             waiting: waiting
                 .into_iter()
-                .map(|m| Parked::new(m.header, m.data, Vec::new()))
+                .map(|m| Parked::new(m.header, m.data, m.fds))
                 .collect(),
             ready: state.ready.drain(..).filter_map(Ready::park).collect(),
             refused: state.refused.drain(..).collect(),
@@ -153,12 +153,14 @@ impl OsReceiver {
         let now = Instant::now();
         for m in backlog.waiting {
             let header = m.header(limit).map_err(wire)?;
-            if header.nfds == 0 || !m.fds.is_empty() {
+            // Whole descriptor packets only, and not all of them.
+            if m.fds.len() >= header.nfds || m.fds.len() % FDS_PER_PACKET != 0 {
                 return Err(WireError::BadHeader("backlog: not waiting for descriptors"));
             }
             state.waiting.push(Waiting {
                 header,
                 data: m.data,
+                fds: m.fds.into_iter().map(|d| d.0).collect(),
                 since: now,
             });
         }
@@ -176,6 +178,11 @@ impl OsReceiver {
                 fds: m.fds.into_iter().map(|d| d.0).collect(),
                 resume: None,
             });
+        }
+        if backlog.refused.iter().any(|r| r.left > MAX_FDS + 1) {
+            return Err(WireError::BadHeader(
+                "backlog: too many descriptors to refuse",
+            ));
         }
         state.refused.extend(backlog.refused);
         for r in backlog.regions {
@@ -234,7 +241,7 @@ mod tests {
         assert_eq!(bytes.into_vec(), vec![7; 8192]);
 
         let (spare, _spare_rx) = crate::ipc::bytes_channel().unwrap();
-        let packet = FdPacket { count: 1, tag }.encode();
+        let packet = FdPacket::first(1, tag).encode();
         Os::send(tx.os.fd(), &[IoSlice::new(&packet)], &[spare.os.fd()]).unwrap();
         tx.send(b"third").unwrap();
         assert_eq!(moved.recv().unwrap(), b"first");

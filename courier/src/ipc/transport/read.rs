@@ -24,9 +24,9 @@ pub(super) enum Read {
     /// A descriptor packet, and whether the kernel dropped some of its
     /// descriptors for lack of room (`MSG_CTRUNC`).
     Fds(FdPacket, Vec<OwnedFd>, bool),
-    /// A packet to skip: the descriptor packet of a message we refused,
-    /// read without a control buffer (the kernel closed its descriptors).
-    Skip,
+    /// A packet to skip: a descriptor packet of a message we refused, read
+    /// without a control buffer (the kernel closed its descriptors).
+    Skip(FdPacket),
 }
 
 thread_local! {
@@ -220,8 +220,8 @@ impl OsReceiver {
             // refused message's, an error otherwise, since a descriptor
             // packet must follow an announcement, which switches to `recvmsg`.
             let fds = FdPacket::decode(packet)?;
-            return match state.refused.contains(&fds.tag) {
-                true => Ok(Read::Skip),
+            return match state.refused.iter().any(|r| r.tag == fds.tag) {
+                true => Ok(Read::Skip(fds)),
                 false => Err(WireError::BadHeader("descriptor packet without a message").into()),
             };
         }

@@ -12,8 +12,10 @@
 //!   then **straight into the destination's spare capacity**, then into the
 //!   scratch area, touched only if the message outgrew the prediction.
 //! * After a header that announces descriptors, packets are read with a
-//!   control buffer until the announced descriptor packet arrives; messages
-//!   that arrive meanwhile wait in order behind the one that is incomplete.
+//!   control buffer until the announced descriptor packets arrive (several,
+//!   for more than [`FDS_PER_PACKET`] descriptors, each checked for its
+//!   place and count as it comes: see the wire format); messages that
+//!   arrive meanwhile wait in order behind the one that is incomplete.
 //!
 //! Nothing is zero-filled, and a small message never allocates a buffer the
 //! size of the socket buffer. The header's total is checked against the
@@ -35,7 +37,9 @@ use crate::ipc::err::WireError;
 use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport};
 use crate::ipc::shm::{self, MapCache, PausedCopy, Progress, Span, Stream};
 use crate::ipc::split::Layout;
-use crate::ipc::wire::{Body, FdKind, FdPacket, Header, PacketKind, FD_PACKET_LEN, HEADER_LEN};
+use crate::ipc::wire::{
+    Body, FdKind, FdPacket, Header, PacketKind, FDS_PER_PACKET, FD_PACKET_LEN, HEADER_LEN,
+};
 
 // ===== OsReceiver =====
 
@@ -53,13 +57,28 @@ pub(crate) struct OsReceiver {
     pub(super) state: RefCell<RecvState>,
 }
 
-/// A message whose data packet arrived and whose descriptors have not.
+/// A message whose data packet arrived and whose descriptors have not (or
+/// not all: the descriptor packets that came so far).
 #[derive(Debug)]
 pub(super) struct Waiting {
     pub(super) header: Header,
     /// The payload bytes of the data packet.
     pub(super) data: Vec<u8>,
+    /// The descriptors of the packets that came, in order: always whole
+    /// packets, so `fds.len() / FDS_PER_PACKET` is the next packet's index.
+    pub(super) fds: Vec<OwnedFd>,
     pub(super) since: Instant,
+}
+
+/// A message refused after its data packet: its descriptor packets are
+/// dropped quietly when they come.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct Refused {
+    pub(super) tag: u64,
+    /// Descriptors still to come (the entry goes when none is).
+    pub(super) left: usize,
+    /// Whether its last descriptor is the message's carrier.
+    pub(super) carrier: bool,
 }
 
 /// A message complete but not yet handed out.
@@ -130,9 +149,9 @@ pub(super) struct RecvState {
     pub(super) waiting: Vec<Waiting>,
     /// Messages completed by a descriptor packet, in completion order.
     pub(super) ready: VecDeque<Ready>,
-    /// Tags of messages refused after their data packet: their descriptor
-    /// packets are dropped quietly when they come.
-    pub(super) refused: VecDeque<u64>,
+    /// Messages refused after their data packet: their descriptor packets
+    /// are dropped quietly when they come.
+    pub(super) refused: VecDeque<Refused>,
 }
 
 /// A byte string to receive into a buffer of its own (see `ipc::split`):
@@ -353,6 +372,7 @@ impl OsReceiver {
                     state.waiting.push(Waiting {
                         header,
                         data,
+                        fds: Vec::new(),
                         since: Instant::now(),
                     });
                     if state.waiting.len() > MAX_WAITING {
@@ -360,7 +380,9 @@ impl OsReceiver {
                     }
                 }
                 Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
-                Read::Skip => {}
+                Read::Skip(packet) => {
+                    state.skip(packet);
+                }
             }
         }
     }
@@ -574,7 +596,12 @@ impl OsReceiver {
 }
 
 impl RecvState {
-    /// Gives the descriptors of `packet` to the waiting message it names.
+    /// Gives the descriptors of `packet` to the waiting message it names,
+    /// which is ready once its last packet came. A packet out of place
+    /// (index or count not what the header implies), short of descriptors
+    /// or truncated by the kernel (`MSG_CTRUNC`, the receiver out of
+    /// descriptors) fails its message: the descriptors that came are
+    /// closed, and the packets still to come are dropped quietly.
     fn attach(
         &mut self,
         packet: FdPacket,
@@ -582,11 +609,11 @@ impl RecvState {
         truncated: bool,
     ) -> Result<(), RecvError> {
         let Some(i) = self.waiting.iter().position(|m| m.header.tag == packet.tag) else {
-            if let Some(i) = self.refused.iter().position(|&t| t == packet.tag) {
-                self.refused.remove(i);
+            if self.refused.iter().any(|r| r.tag == packet.tag) {
+                let last = self.skip(packet);
                 // A refused region message's region (its carrier, last) goes
                 // back to its sender, which counts it in flight until then.
-                if let Some(carrier) = fds.last() {
+                if let (Some(true), Some(carrier)) = (last, fds.last()) {
                     shm::release_refused(Os::borrow(carrier));
                 }
                 return Ok(()); // dropping `fds` closes them
@@ -597,23 +624,64 @@ impl RecvState {
             }
             .into());
         };
-        let Waiting { header, data, .. } = self.waiting.swap_remove(i);
-        if truncated {
-            return Err(WireError::ControlTruncated.into());
+        let m = &mut self.waiting[i];
+        let (nfds, have) = (m.header.nfds, m.fds.len());
+        // The common case: a message of one packet, whole.
+        if !truncated && have == 0 && packet.index == 0 && packet.count == nfds && fds.len() == nfds
+        {
+            let Waiting { header, data, .. } = self.waiting.swap_remove(i);
+            self.ready.push_back(Ready {
+                header,
+                data,
+                fds,
+                resume: None,
+            });
+            return Ok(());
         }
-        if fds.len() != header.nfds {
-            return Err(WireError::UnexpectedFds {
-                announced: header.nfds,
-                received: fds.len(),
-            }
-            .into());
-        }
-        if packet.count != header.nfds {
-            return Err(WireError::BadHeader(
+        let expected = FdPacket::expected(nfds, have / FDS_PER_PACKET);
+        let fault = if truncated {
+            Some(WireError::ControlTruncated)
+        } else if packet.index != have / FDS_PER_PACKET {
+            Some(WireError::BadHeader("a descriptor packet out of order"))
+        } else if fds.len() != expected {
+            Some(WireError::UnexpectedFds {
+                announced: nfds,
+                received: have + fds.len(),
+            })
+        } else if packet.count != expected {
+            Some(WireError::BadHeader(
                 "a descriptor packet's count contradicts its message's header",
-            )
-            .into());
+            ))
+        } else {
+            None
+        };
+        if let Some(fault) = fault {
+            // The packets after this one are dropped as they come.
+            let m = self.waiting.swap_remove(i);
+            let left = nfds.saturating_sub(have + packet.count.max(fds.len()));
+            self.refuse_rest(m.header, left);
+            return Err(fault.into());
         }
+        // At most `nfds` (`MAX_FDS + 1`, checked by `Header::decode`), and
+        // only what arrived.
+        if have + fds.len() < nfds {
+            m.fds.extend(fds);
+            return Ok(());
+        }
+        let Waiting {
+            header,
+            data,
+            fds: mut first,
+            ..
+        } = self.waiting.swap_remove(i);
+        // A message of one packet (the common case) keeps its vector.
+        let fds = match first.is_empty() {
+            true => fds,
+            false => {
+                first.extend(fds);
+                first
+            }
+        };
         self.ready.push_back(Ready {
             header,
             data,
@@ -623,13 +691,39 @@ impl RecvState {
         Ok(())
     }
 
+    /// Counts the descriptors of `packet`, of a refused message, as come;
+    /// `Some(true)` if they were its last and its last is a carrier,
+    /// `Some(false)` if they were its last, `None` if more are to come or
+    /// the message is not a refused one.
+    pub(super) fn skip(&mut self, packet: FdPacket) -> Option<bool> {
+        let i = self.refused.iter().position(|r| r.tag == packet.tag)?;
+        let r = &mut self.refused[i];
+        r.left = r.left.saturating_sub(packet.count);
+        if r.left > 0 {
+            return None;
+        }
+        let carrier = r.carrier;
+        self.refused.remove(i);
+        Some(carrier)
+    }
+
     /// Remembers a refused message so that its descriptors are dropped.
     fn refuse(&mut self, header: Header) {
-        if header.nfds > 0 {
+        self.refuse_rest(header, header.nfds);
+    }
+
+    /// Remembers a refused message, `left` of whose descriptors are still to
+    /// come, so that they are dropped.
+    fn refuse_rest(&mut self, header: Header, left: usize) {
+        if left > 0 {
             if self.refused.len() == MAX_REFUSED {
                 self.refused.pop_front();
             }
-            self.refused.push_back(header.tag);
+            self.refused.push_back(Refused {
+                tag: header.tag,
+                left,
+                carrier: header.body.has_carrier(),
+            });
         }
     }
 
@@ -657,7 +751,7 @@ impl RecvState {
     fn give_up_oldest(&mut self) -> WireError {
         if let Some(i) = (0..self.waiting.len()).min_by_key(|&i| self.waiting[i].since) {
             let m = self.waiting.swap_remove(i);
-            self.refuse(m.header);
+            self.refuse_rest(m.header, m.header.nfds - m.fds.len());
         }
         WireError::DescriptorsMissing
     }
@@ -675,7 +769,7 @@ impl RecvState {
             .iter()
             .position(|m| m.since.elapsed() >= DESCRIPTOR_WAIT)?;
         let m = self.waiting.swap_remove(i);
-        self.refuse(m.header);
+        self.refuse_rest(m.header, m.header.nfds - m.fds.len());
         Some(WireError::DescriptorsMissing)
     }
 }

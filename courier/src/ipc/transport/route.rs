@@ -58,7 +58,7 @@ use crate::buf::IoIter;
 use crate::ipc::config::{Config, LargeMessages};
 use crate::ipc::platform::{BorrowedFd, Os, OwnedFd, Transport, FDS_PER_PACKET};
 use crate::ipc::shm::{self, Pool, Route, Take};
-use crate::ipc::wire::{Body, FdPacket, Header, FD_PACKET_LEN, HEADER_LEN, MAX_FDS};
+use crate::ipc::wire::{Body, FdPacket, Header, FD_PACKET_LEN, HEADER_LEN, KINDS, MAX_FDS};
 
 /// Most iovec entries one `sendmsg` takes (`IOV_MAX` on Linux).
 pub(super) const IOV_MAX: usize = 1024;
@@ -155,10 +155,10 @@ impl OsSender {
         channels: &[BorrowedFd<'_>],
         wait: Wait,
     ) -> Result<(), SendError> {
-        if channels.len() >= MAX_FDS {
+        if channels.len() > MAX_FDS {
             return Err(SendError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("a message carries at most {} channels", MAX_FDS - 1),
+                format!("a message carries at most {MAX_FDS} descriptors"),
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -306,8 +306,9 @@ impl OsSender {
         }
     }
 
-    /// Sends the descriptor packet of the message tagged `tag`: `channels`,
-    /// then `carrier`. Nothing to send without descriptors.
+    /// Sends the descriptor packets of the message tagged `tag`: `channels`,
+    /// then `carrier`, [`FDS_PER_PACKET`] a packet. Nothing to send without
+    /// descriptors.
     #[inline]
     pub(super) fn send_fds(
         &self,
@@ -328,17 +329,48 @@ impl OsSender {
         carrier: Option<BorrowedFd<'_>>,
         tag: u64,
     ) -> Result<(), Errno> {
-        // On the stack: `send` checked `channels.len() < MAX_FDS`. The rest
-        // of the array holds our own socket as a filler and is never sent.
-        let mut fds = [self.fd(); MAX_FDS];
-        fds[..channels.len()].copy_from_slice(channels);
-        let mut count = channels.len();
-        if let Some(carrier) = carrier {
-            fds[count] = carrier;
-            count += 1;
+        // Every packet but the last full (`FdPacket::expected`), in order;
+        // `send` checked `channels.len() <= MAX_FDS`, so `index` fits a `u16`.
+        let mut rest = channels;
+        let mut index = 0;
+        while rest.len() + usize::from(carrier.is_some()) > FDS_PER_PACKET {
+            let (now, later) = rest.split_at(FDS_PER_PACKET);
+            self.send_fd_chunk(now, None, index, tag)?;
+            (rest, index) = (later, index + 1);
         }
-        let packet = FdPacket { count, tag }.encode();
-        Os::send(self.fd(), &[IoSlice::new(&packet)], &fds[..count]).map(drop)
+        self.send_fd_chunk(rest, carrier, index, tag)
+    }
+
+    /// Sends descriptor packet `index` of the message `tag`: `channels`,
+    /// then `carrier` (at most [`FDS_PER_PACKET`] in all).
+    fn send_fd_chunk(
+        &self,
+        channels: &[BorrowedFd<'_>],
+        carrier: Option<BorrowedFd<'_>>,
+        index: usize,
+        tag: u64,
+    ) -> Result<(), Errno> {
+        let count = channels.len() + usize::from(carrier.is_some());
+        let packet = FdPacket { count, index, tag }.encode();
+        let packet = [IoSlice::new(&packet)];
+        match carrier {
+            None => Os::send(self.fd(), &packet, channels),
+            // Gathered on the stack when short (the rest of the array holds
+            // our own socket as a filler and is never sent), else on the
+            // heap, beside a payload too large for a packet.
+            Some(carrier) if count <= KINDS => {
+                let mut fds = [self.fd(); KINDS];
+                fds[..channels.len()].copy_from_slice(channels);
+                fds[channels.len()] = carrier;
+                Os::send(self.fd(), &packet, &fds[..count])
+            }
+            Some(carrier) => {
+                let mut fds = channels.to_vec();
+                fds.push(carrier);
+                Os::send(self.fd(), &packet, &fds)
+            }
+        }
+        .map(drop)
     }
 
     /// Sends the payload in a region of the pool, one that `take` allows:

@@ -67,7 +67,8 @@ pub(crate) fn max_packet() -> usize {
 /// on `EINTR`; on `EAGAIN` (no room in the send buffer), waits until `fd` is
 /// writable ([`wait_writable`]) and sends again.
 ///
-/// No control message is attached when `fds` is empty. `MSG_NOSIGNAL` makes
+/// No control message is attached when `fds` is empty; more than `MAX_FDS`
+/// (`SCM_MAX_FD`) is `ETOOMANYREFS`, and nothing is sent. `MSG_NOSIGNAL` makes
 /// a vanished peer an `EPIPE` instead of a `SIGPIPE` that would kill a host
 /// process which has not ignored it. The send itself never waits: a thread
 /// waits in `poll(2)`, as the kernel would have inside `sendmsg`, and a
@@ -94,7 +95,11 @@ pub(crate) fn try_send(
 ) -> Result<usize, Errno> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+    // (The buffer's padding would take one more than `MAX_FDS`; the kernel
+    // would refuse it with `EINVAL`.)
+    if !fds.is_empty()
+        && (fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)))
+    {
         return Err(Errno::TOOMANYREFS);
     }
     let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
@@ -206,7 +211,9 @@ fn as_uninit(bytes: &[u8]) -> &[MaybeUninit<u8>] {
 /// fiber's, too) must allow for.
 pub(crate) const SMALL_MAX: usize = 7 * 1024;
 
-/// Control buffer for up to `MAX_FDS` descriptors, aligned for `cmsghdr`.
+/// Control buffer for up to `MAX_FDS` descriptors (`SCM_MAX_FD`, 253: one
+/// packet's), aligned for `cmsghdr`. Never initialised: the kernel writes
+/// what it delivers, so its size costs a packet without descriptors nothing.
 #[repr(C, align(8))]
 struct ControlBuf([MaybeUninit<u8>; CONTROL_LEN]);
 
@@ -510,4 +517,43 @@ pub(crate) fn connect(name: &str) -> io::Result<OwnedFd> {
     )?;
     net::connect(&fd, &SocketAddrUnix::new(name)?)?;
     Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// The kernel takes `MAX_FDS` descriptors in one `SCM_RIGHTS` message
+    /// and refuses one more (`SCM_MAX_FD`; `EINVAL`), and `recv` gets all of
+    /// them: one packet's worth, in order.
+    #[test]
+    fn one_packet_carries_scm_max_fd_descriptors_and_no_more() {
+        let (a, b) = pair().unwrap();
+        let (spare, _peer) = pair().unwrap();
+        let fds = vec![spare.as_fd(); MAX_FDS + 1];
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS + 1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+        let refused = net::sendmsg(&a, &[IoSlice::new(b"x")], &mut control, SendFlags::NOSIGNAL);
+        assert_eq!(refused.map(drop), Err(Errno::INVAL));
+        assert_eq!(
+            send(a.as_fd(), &[IoSlice::new(b"y")], &fds),
+            Err(Errno::TOOMANYREFS)
+        );
+        assert_eq!(
+            send(a.as_fd(), &[IoSlice::new(b"z")], &fds[..MAX_FDS]),
+            Ok(1)
+        );
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4];
+        let mut ubuf = crate::buf::UbufMut::new(&mut buf);
+        let mut iov = [RawIoVec::EMPTY; 1];
+        let n = ubuf.io_vecs(&mut iov);
+        let packet = recv(b.as_fd(), &mut iov[..n], true, true).unwrap();
+        assert_eq!((packet.len, packet.fds.len()), (1, MAX_FDS));
+        assert!(!packet.control_truncated);
+        let same = identity(spare.as_fd());
+        assert!(packet.fds.iter().all(|fd| identity(fd.as_fd()) == same));
+    }
 }
