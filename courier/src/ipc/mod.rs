@@ -95,8 +95,10 @@ mod fd;
 #[doc(hidden)]
 pub mod fuzz;
 mod handles;
+mod message;
 mod platform;
 mod select;
+mod server;
 mod shm;
 mod shmem;
 mod split;
@@ -107,7 +109,6 @@ use std::cell::Cell;
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::marker::PhantomData;
-use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -119,11 +120,13 @@ pub use self::err::{
     TrySendError, WireError,
 };
 pub use self::fd::{as_fd, IpcFd};
+pub use self::message::{IpcMessage, OpaqueIpcReceiver, OpaqueIpcSender};
 pub(crate) use self::select::SetEvent;
 pub use self::select::{IpcReceiverSet, IpcSelectionResult, DRAIN_LIMIT};
+pub use self::server::IpcOneShotServer;
 pub use self::shmem::IpcSharedMemory;
 use self::split::{Layout, Parts};
-use self::transport::{OsOneShotServer, OsReceiver, OsSender, RecvError, SendError, Split, Wait};
+use self::transport::{OsReceiver, OsSender, RecvError, SendError, Split, Wait};
 pub use self::wire::MAX_FDS;
 
 /// Creates a typed channel.
@@ -617,214 +620,6 @@ impl fmt::Debug for IpcBytesReceiver {
         f.debug_struct("IpcBytesReceiver")
             .field("fd", &self.os.fd())
             .finish()
-    }
-}
-
-// ===== untyped messages and opaque ends =====
-
-/// A received message not yet deserialized: bytes plus the channel
-/// descriptors that came with it.
-pub struct IpcMessage {
-    data: Vec<u8>,
-    channels: Vec<OwnedFd>,
-    /// The size limit of the receiver it came from, which also bounds the
-    /// shared memory it may bring (`None`: the process's).
-    limit: Option<u64>,
-}
-
-impl IpcMessage {
-    /// A message of `data` with no channels.
-    pub fn from_data(data: Vec<u8>) -> Self {
-        IpcMessage {
-            data,
-            channels: Vec::new(),
-            limit: None,
-        }
-    }
-
-    /// The message's encoded bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    /// Deserializes the message; descriptors no channel end claims are closed.
-    pub fn to<T>(self) -> Result<T, SerDeError>
-    where
-        T: for<'de> Deserialize<'de> + Serialize,
-    {
-        let parts = Parts {
-            head: &self.data,
-            string: None,
-            tail: &[],
-        };
-        let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
-        handles::deserialize_message(parts, self.channels, &Cell::new(None), limit)
-    }
-
-    /// [`to`](Self::to), leaving the bytes in place (the descriptors go to
-    /// the value), so that the buffer can receive the next message.
-    pub(crate) fn decode_in_place<T>(&mut self) -> Result<T, SerDeError>
-    where
-        T: for<'de> Deserialize<'de> + Serialize,
-    {
-        let parts = Parts {
-            head: &self.data,
-            string: None,
-            tail: &[],
-        };
-        let limit = self.limit.unwrap_or_else(Config::max_message_size_now);
-        let channels = mem::take(&mut self.channels);
-        handles::deserialize_message(parts, channels, &Cell::new(None), limit)
-    }
-}
-
-impl fmt::Debug for IpcMessage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcMessage")
-            .field("data", &&self.data[..self.data.len().min(256)])
-            .field("channels", &self.channels.len())
-            .finish()
-    }
-}
-
-/// An [`IpcSender`] whose message type was erased.
-#[derive(Clone)]
-pub struct OpaqueIpcSender {
-    os: OsSender,
-}
-
-impl OpaqueIpcSender {
-    /// Gives the sender a message type back.
-    pub fn to<'de, T>(self) -> IpcSender<T>
-    where
-        T: Deserialize<'de> + Serialize,
-    {
-        IpcSender::from_os(self.os)
-    }
-}
-
-impl fmt::Debug for OpaqueIpcSender {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpaqueIpcSender")
-            .field("fd", &self.os.fd())
-            .finish()
-    }
-}
-
-/// An [`IpcReceiver`] whose message type was erased.
-pub struct OpaqueIpcReceiver {
-    os: OsReceiver,
-}
-
-impl OpaqueIpcReceiver {
-    /// Gives the receiver a message type back.
-    pub fn to<'de, T>(self) -> IpcReceiver<T>
-    where
-        T: Deserialize<'de> + Serialize,
-    {
-        IpcReceiver {
-            os: self.os,
-            limit: Cell::new(None),
-            layout: Cell::new(None),
-            _type: PhantomData,
-        }
-    }
-
-    /// Receives the next message without deserializing it.
-    pub fn recv(&self) -> Result<IpcMessage, IpcError> {
-        let limit = Config::max_message_size_now();
-        let mut data = Vec::new();
-        let channels = self.os.recv_into(&mut data, Wait::Block, limit)?;
-        Ok(IpcMessage {
-            data,
-            channels,
-            limit: Some(limit),
-        })
-    }
-}
-
-impl fmt::Debug for OpaqueIpcReceiver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpaqueIpcReceiver")
-            .field("fd", &self.os.fd())
-            .finish()
-    }
-}
-
-// ===== one-shot server =====
-
-/// A named rendezvous for the first channel between two processes: the
-/// server hands its name to a child (an argument, an environment variable),
-/// the child connects with [`IpcSender::connect`] and sends a first message,
-/// usually carrying more channel ends.
-///
-/// ```
-/// use courier::ipc::{IpcOneShotServer, IpcSender};
-/// let (server, name) = IpcOneShotServer::<String>::new().unwrap();
-/// // In the child process:
-/// let tx = IpcSender::<String>::connect(name).unwrap();
-/// tx.send("hello".to_owned()).unwrap();
-/// // Back in the parent:
-/// let (rx, first) = server.accept().unwrap();
-/// assert_eq!(first, "hello");
-/// # drop(rx);
-/// ```
-pub struct IpcOneShotServer<T> {
-    os: OsOneShotServer,
-    _type: PhantomData<fn() -> T>,
-}
-
-impl<T> IpcOneShotServer<T>
-where
-    T: for<'de> Deserialize<'de> + Serialize,
-{
-    /// Creates the server and returns it with its name.
-    pub fn new() -> Result<(IpcOneShotServer<T>, String), io::Error> {
-        let (os, name) = OsOneShotServer::new()?;
-        Ok((
-            IpcOneShotServer {
-                os,
-                _type: PhantomData,
-            },
-            name,
-        ))
-    }
-
-    /// Waits for the client to connect and send its first message.
-    pub fn accept(self) -> Result<(IpcReceiver<T>, T), IpcError> {
-        self.accept_until(Wait::Block)
-    }
-
-    /// As [`accept`](Self::accept), but gives up after `timeout` (connection
-    /// and first message together, all of it however large) with an
-    /// [`io::ErrorKind::TimedOut`] error,
-    /// so that a child that died before connecting cannot hang the server.
-    pub fn accept_timeout(self, timeout: Duration) -> Result<(IpcReceiver<T>, T), IpcError> {
-        self.accept_until(deadline(timeout))
-    }
-
-    fn accept_until(self, wait: Wait) -> Result<(IpcReceiver<T>, T), IpcError> {
-        let timed_out = |e: RecvError| match e {
-            RecvError::Empty => IpcError::Io(io::ErrorKind::TimedOut.into()),
-            e => e.into(),
-        };
-        let left = |wait| match wait {
-            Wait::Until(at) => Some(Instant::saturating_duration_since(&at, Instant::now())),
-            _ => None,
-        };
-        let rx = IpcReceiver::from_os(self.os.accept(left(wait)).map_err(timed_out)?);
-        let first = match rx.recv_wait(wait) {
-            Ok(first) => first,
-            Err(TryRecvError::Empty) => return Err(IpcError::Io(io::ErrorKind::TimedOut.into())),
-            Err(TryRecvError::IpcError(e)) => return Err(e),
-        };
-        Ok((rx, first))
-    }
-}
-
-impl<T> fmt::Debug for IpcOneShotServer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.os.fmt(f)
     }
 }
 
