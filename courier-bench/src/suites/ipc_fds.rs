@@ -1,6 +1,6 @@
 //! `ipc` suite, cases `fds_<n>`: a message carrying `n` descriptors (1, 16,
-//! and 63, the most a message carries), sent and received by one thread,
-//! against the least the kernel does for as many.
+//! 64, and 253, the most one descriptor packet carries), sent and received
+//! by one thread, against the least the kernel does for as many.
 //!
 //! | subject | one operation |
 //! | --- | --- |
@@ -26,8 +26,8 @@ use rustix::net::{
 use crate::harness::measure::{Ops, Sampler};
 use crate::harness::{Case, Ctx, Error, Result};
 
-/// Descriptor counts measured (63: the most one message carries).
-const COUNTS: [usize; 3] = [1, 16, 63];
+/// Descriptor counts measured (253: the most one descriptor packet carries).
+const COUNTS: [usize; 4] = [1, 16, 64, 253];
 
 /// Measures every `fds_<n>` case.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
