@@ -1,6 +1,6 @@
 //! Process-wide settings of the `ipc` layer.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 /// How a message too large for one packet travels.
@@ -93,7 +93,27 @@ pub struct Config {
     ///
     /// [`WireError::DecodeBudget`]: super::WireError::DecodeBudget
     pub decode_budget_factor: u32,
+    /// Whether a sender's small messages travel through a ring of shared
+    /// memory it sets up with its receiver on its second send (default
+    /// `true`, or `false` if the environment variable `COURIER_IPC_RING` is
+    /// `0` or `off` when the process first reads its settings). Messages up
+    /// to [`RING_RECORD_MAX`] bytes then cost no system call while the
+    /// receiver is awake; a receiver that waits spins briefly and then
+    /// sleeps on its socket, and a sender rings it only then. Messages that
+    /// carry descriptors or are larger keep their routes, and each sender's
+    /// order holds across them (see `docs/ring.md`). With `false`, every
+    /// message goes through the socket, as ipc-channel's do.
+    pub ring: bool,
+    /// Whether a receiver waiting for ring messages spins until one comes
+    /// instead of sleeping (default `false`): the lowest latency a shared
+    /// ring gives, for a whole CPU per waiting receiver. Its socket (other
+    /// senders, disconnection) is still looked at every few microseconds.
+    pub busy_poll: bool,
 }
+
+/// The largest message, in bytes, that travels through a sender's ring
+/// (see [`Config::ring`]); larger ones take the socket or a region.
+pub const RING_RECORD_MAX: usize = crate::ipc::transport::ring::PAYLOAD_MAX;
 
 /// The smallest decoding budget a message gets, whatever its size (see
 /// [`Config::decode_budget_factor`]).
@@ -108,6 +128,8 @@ impl Default for Config {
             max_region_bytes_in_flight: 256 << 20,
             max_decode_depth: 128,
             decode_budget_factor: 8,
+            ring: true,
+            busy_poll: false,
         }
     }
 }
@@ -118,6 +140,13 @@ static FRAGMENT_TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
 static REGION_BYTES_IN_FLIGHT: AtomicU64 = AtomicU64::new(256 << 20);
 static DECODE_DEPTH: AtomicU32 = AtomicU32::new(128);
 static DECODE_FACTOR: AtomicU32 = AtomicU32::new(8);
+/// `RING_UNSET` until the settings are first read (then the environment
+/// decides), else `RING_ON` or `RING_OFF`.
+static RING: AtomicU8 = AtomicU8::new(RING_UNSET);
+static BUSY_POLL: AtomicBool = AtomicBool::new(false);
+const RING_UNSET: u8 = 0;
+const RING_ON: u8 = 1;
+const RING_OFF: u8 = 2;
 
 // Relaxed everywhere below: each setting is an independent value, read at
 // the start of an operation; no other memory is published through them.
@@ -132,6 +161,8 @@ impl Config {
             max_region_bytes_in_flight: REGION_BYTES_IN_FLIGHT.load(Ordering::Relaxed),
             max_decode_depth: DECODE_DEPTH.load(Ordering::Relaxed),
             decode_budget_factor: DECODE_FACTOR.load(Ordering::Relaxed),
+            ring: Self::ring_now(),
+            busy_poll: Self::busy_poll_now(),
         }
     }
 
@@ -146,6 +177,32 @@ impl Config {
         REGION_BYTES_IN_FLIGHT.store(config.max_region_bytes_in_flight, Ordering::Relaxed);
         DECODE_DEPTH.store(config.max_decode_depth, Ordering::Relaxed);
         DECODE_FACTOR.store(config.decode_budget_factor, Ordering::Relaxed);
+        let ring = if config.ring { RING_ON } else { RING_OFF };
+        RING.store(ring, Ordering::Relaxed);
+        BUSY_POLL.store(config.busy_poll, Ordering::Relaxed);
+    }
+
+    /// [`Config::ring`] in force: the environment's word until a program
+    /// sets it.
+    pub(crate) fn ring_now() -> bool {
+        match RING.load(Ordering::Relaxed) {
+            RING_ON => true,
+            RING_OFF => false,
+            _ => {
+                let off = std::env::var("COURIER_IPC_RING")
+                    .is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"));
+                let ring = if off { RING_OFF } else { RING_ON };
+                // A program's own setting, if one raced in, wins.
+                let _ = RING.compare_exchange(RING_UNSET, ring, Ordering::Relaxed, Ordering::Relaxed);
+                RING.load(Ordering::Relaxed) == RING_ON
+            }
+        }
+    }
+
+    /// [`Config::busy_poll`] in force.
+    #[inline]
+    pub(crate) fn busy_poll_now() -> bool {
+        BUSY_POLL.load(Ordering::Relaxed)
     }
 
     /// The limits on decoding a typed message of `len` bytes in force

@@ -114,7 +114,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN};
+pub use self::config::{Config, LargeMessages, DECODE_BUDGET_MIN, RING_RECORD_MAX};
 pub use self::err::{
     IpcError, NotAChannelEnd, SendTimeoutError, SerDeError, TryRecvError, TrySelectError,
     TrySendError, WireError,

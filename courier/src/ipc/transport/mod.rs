@@ -20,6 +20,7 @@ pub(crate) mod backlog;
 pub(crate) mod frag;
 pub(crate) mod read;
 pub(crate) mod recv;
+pub(crate) mod ring;
 pub(crate) mod route;
 pub(crate) mod tag;
 
