@@ -193,7 +193,8 @@ impl Config {
                     .is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"));
                 let ring = if off { RING_OFF } else { RING_ON };
                 // A program's own setting, if one raced in, wins.
-                let _ = RING.compare_exchange(RING_UNSET, ring, Ordering::Relaxed, Ordering::Relaxed);
+                let _ =
+                    RING.compare_exchange(RING_UNSET, ring, Ordering::Relaxed, Ordering::Relaxed);
                 RING.load(Ordering::Relaxed) == RING_ON
             }
         }

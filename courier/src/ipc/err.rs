@@ -438,6 +438,12 @@ pub enum WireError {
     /// growing, empty or smaller than the payload it claims to hold, or not
     /// mappable for writing.
     BadRegion,
+    /// A sender's shared-memory ring is unusable: refused when it came (not
+    /// sealed shared memory of the ring's size, or too many rings), or
+    /// found corrupt while reading it (an index or length out of its
+    /// bounds). The ring is dropped; the channel goes on, without the
+    /// messages of that ring's sender still to come.
+    BadRing(&'static str),
     /// The rest of a fragmented message did not arrive within the fragment
     /// timeout.
     FragmentTimeout,
@@ -497,6 +503,7 @@ impl fmt::Display for WireError {
             WireError::BadRegion => f.write_str(
                 "shared memory region refused (not sealed shared memory, too small, or not writable)",
             ),
+            WireError::BadRing(why) => write!(f, "shared-memory ring dropped: {why}"),
             WireError::FragmentTimeout => f.write_str("fragment stream stalled"),
             WireError::DescriptorsMissing => f.write_str("announced descriptors never arrived"),
             WireError::BadDescriptor(why) => write!(f, "bad descriptor in message: {why}"),

@@ -19,6 +19,11 @@
 //!   socket, the last descriptor), [`Body::SharedMemory`] (all of it in a
 //!   sealed memfd region, the last descriptor), or [`Body::Kept`] (all of it
 //!   in a region the receiver already holds, named by `tag`; no descriptors).
+//!   Two bodies are not messages: [`Body::Ring`] hands the receiver the
+//!   sender's shared-memory ring (its one descriptor; see
+//!   `ipc::transport::ring`), and [`Body::Wake`] wakes a receiver that
+//!   sleeps while records wait in a ring (no descriptors). Both have
+//!   `total` 0.
 //! * `nfds` is the number of descriptors the message carries and `kinds`
 //!   says what each one is, so the receiver never guesses by `fstat` or by
 //!   position (as ipc-channel does). Up to [`KINDS`] (64) descriptors, that
@@ -221,12 +226,20 @@ pub(crate) enum Body {
     /// [`Body::SharedMemory`] message, named by the header's tag (the tag of
     /// that message). The message carries no descriptors at all.
     Kept = 3,
+    /// Not a message: the sender's shared-memory ring, its only descriptor,
+    /// through which its later data packets come (`transport::ring`).
+    /// `total` is 0.
+    Ring = 4,
+    /// Not a message: a sender wrote to its ring while the receiver slept.
+    /// No descriptors, `total` 0.
+    Wake = 5,
 }
 
 impl Body {
-    /// Whether the message's last descriptor carries (part of) the payload.
+    /// Whether the message's last descriptor carries (part of) the payload
+    /// (for a ring, the ring).
     pub fn has_carrier(self) -> bool {
-        matches!(self, Body::Fragmented | Body::SharedMemory)
+        matches!(self, Body::Fragmented | Body::SharedMemory | Body::Ring)
     }
 }
 
@@ -394,6 +407,8 @@ impl Header {
             1 => Body::Fragmented,
             2 => Body::SharedMemory,
             3 => Body::Kept,
+            4 => Body::Ring,
+            5 => Body::Wake,
             _ => return Err(WireError::BadHeader("unknown body")),
         };
         let nfds = usize::from(bytes[5]);
@@ -439,6 +454,14 @@ impl Header {
         }
         if body == Body::Kept && nfds != 0 {
             return Err(WireError::BadHeader("descriptors with a kept region"));
+        }
+        let control = match body {
+            Body::Ring => nfds != 1,
+            Body::Wake => nfds != 0,
+            _ => false,
+        };
+        if control || (matches!(body, Body::Ring | Body::Wake) && total != 0) {
+            return Err(WireError::BadHeader("a ring or wake-up that is not one"));
         }
         Ok(header)
     }

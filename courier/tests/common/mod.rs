@@ -11,6 +11,18 @@ pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// Descriptors of the process that are senders' shared-memory rings (a
+/// receiver holds one for each sender that set one up).
+pub fn ring_fds() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|link| link.to_string_lossy().starts_with("/memfd:courier-ring"))
+        .count()
+}
+
 /// Serialises the tests of one binary that hold it, and checks when dropped
 /// that the process has no more descriptors open than when it was taken.
 ///

@@ -24,6 +24,8 @@ pub(crate) struct Region {
     _counted: Option<Counted>,
     /// Bytes of the file, from its start, whose pages are allocated.
     backed: usize,
+    /// Made for one message ([`Take::Once`]): not pooled after it.
+    once: bool,
     /// How far into the payload area the message in it reaches, since the
     /// pool handed it out: the bytes counted in flight
     /// ([`Config::max_region_bytes_in_flight`]).
@@ -58,6 +60,7 @@ impl Region {
             token: 0,
             _counted: None,
             backed,
+            once: false,
             extent: payload,
         })
     }
@@ -355,6 +358,11 @@ pub(crate) enum Take {
     /// held): for payloads the socket carries well, which would lose by
     /// passing a descriptor every time.
     Kept,
+    /// A pooled region the receiver holds, else a new one for this message
+    /// alone, let go once sent (its descriptor is not kept): a medium
+    /// message that may not take the socket (its sender has a ring) and
+    /// finds the process's budget of kept regions spent.
+    Once,
 }
 
 impl Pool {
@@ -394,7 +402,7 @@ impl Pool {
                     return Ok(None);
                 }
             }
-            if claimed.is_none() && take == Take::Any {
+            if claimed.is_none() && matches!(take, Take::Any | Take::Once) {
                 // Back-pressure (see `Config::max_region_bytes_in_flight`):
                 // past the bound, the message goes in fragments.
                 let bound = Config::max_region_bytes_in_flight_now();
@@ -432,6 +440,7 @@ impl Pool {
                     Err(e) => return Err(e),
                 };
                 region._counted = counted;
+                region.once = take == Take::Once;
                 (region, Route::Descriptor)
             }
         };
@@ -444,6 +453,14 @@ impl Pool {
     pub(crate) fn put(&self, region: Region) {
         let mut guard = self.lock();
         guard.prune();
+        if region.once {
+            let Region { map, extent, .. } = region;
+            match busy(&map) {
+                true => guard.sent.push(Sent { map, extent }),
+                false => discard(map),
+            }
+            return;
+        }
         if guard.list.len() >= POOL_REGIONS {
             let Region { map, extent, .. } = guard.list.remove(0);
             match busy(&map) {

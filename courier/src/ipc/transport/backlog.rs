@@ -86,7 +86,9 @@ impl Ready {
         };
         match header.body {
             Body::Inline | Body::Fragmented => Some(Parked::new(header, data, fds)),
-            Body::Kept => Some(Parked::new(header, Vec::new(), fds)),
+            // A ring, not yet taken: it is taken at the new owner.
+            Body::Kept | Body::Ring => Some(Parked::new(header, Vec::new(), fds)),
+            Body::Wake => None,
             Body::SharedMemory => {
                 // Always kept for a copy that may pause (`shm::hold`).
                 let fd = resume.copy.and_then(|copy| copy.fd);
@@ -104,10 +106,19 @@ impl OsReceiver {
     pub(crate) fn take_backlog(&self) -> Option<Backlog> {
         let mut state = self.state.borrow_mut();
         let regions = state.regions.take_kept();
+        // Each ring goes as the message that announced it, after the
+        // messages ready: the new owner takes it on, from where this one
+        // read it to (the position is in the ring).
+        let rings = state.rings.take_fds().into_iter().map(|fd| {
+            let header = Header::new(Body::Ring, 0, 0, 0);
+            Parked::new(header, Vec::new(), vec![fd])
+        });
+        let rings: Vec<Parked> = rings.collect();
         if state.waiting.is_empty()
             && state.ready.is_empty()
             && state.refused.is_empty()
             && regions.is_empty()
+            && rings.is_empty()
         {
             return None;
         }
@@ -118,7 +129,9 @@ impl OsReceiver {
                 .into_iter()
                 .map(|m| Parked::new(m.header, m.data, m.fds))
                 .collect(),
-            ready: state.ready.drain(..).filter_map(Ready::park).collect(),
+            ready: (state.ready.drain(..).filter_map(Ready::park))
+                .chain(rings)
+                .collect(),
             refused: state.refused.drain(..).collect(),
             regions: regions
                 .into_iter()
@@ -162,6 +175,8 @@ impl OsReceiver {
                 data: m.data,
                 fds: m.fds.into_iter().map(|d| d.0).collect(),
                 since: now,
+                // (Its ring, if it came through one, is a new one here.)
+                ring: None,
             });
         }
         for m in backlog.ready {

@@ -55,7 +55,8 @@ impl OsSender {
             let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
             // The descriptor packet (the carrier, at least) follows.
             let ahead = super::route::ahead(HEADER_LEN + len, channels.len() + 1);
-            match self.first_packet(wait, ahead, || Os::try_send(self.fd(), &iov, &[])) {
+            let first = || self.try_data(&header, &iov[1..], len, false);
+            match self.first_packet(wait, ahead, first) {
                 Ok(_) => {
                     rest.advance(len);
                     break;

@@ -21,6 +21,7 @@ pub(crate) mod frag;
 pub(crate) mod read;
 pub(crate) mod recv;
 pub(crate) mod ring;
+pub(crate) mod rings;
 pub(crate) mod route;
 pub(crate) mod tag;
 

@@ -123,7 +123,8 @@ impl OsReceiver {
     ) -> Result<Read, RecvError> {
         dst.clear();
         let room = Os::max_packet();
-        let control = !state.waiting.is_empty();
+        // (A ring's records announce descriptors the socket does not.)
+        let control = !state.waiting.is_empty() || !state.rings.is_empty();
         with_scratch(|scratch| {
             if !control && self.packet_guess.get() <= SCATTER_MIN {
                 self.read_small(state, scratch, dst, limit, dontwait)
@@ -396,6 +397,7 @@ pub(super) fn check(header: Header, inline: usize, limit: u64) -> Result<Header,
         Body::Inline => header.total == inline as u64,
         Body::Fragmented => header.total >= inline as u64,
         Body::SharedMemory | Body::Kept => inline == 0,
+        Body::Ring | Body::Wake => inline == 0 && header.total == 0,
     };
     match consistent {
         true => Ok(header),

@@ -31,6 +31,8 @@ use rustix::io::Errno;
 
 use super::frag::recv_fragments;
 use super::read::{with_scratch, Read};
+use super::ring::Record;
+use super::rings::Rings;
 use super::{after, wait_readable, RecvError, Wait};
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;
@@ -68,6 +70,9 @@ pub(super) struct Waiting {
     /// packets, so `fds.len() / FDS_PER_PACKET` is the next packet's index.
     pub(super) fds: Vec<OwnedFd>,
     pub(super) since: Instant,
+    /// The ring its data packet came through: the ring's later records
+    /// wait for it.
+    pub(super) ring: Option<u32>,
 }
 
 /// A message refused after its data packet: its descriptor packets are
@@ -152,6 +157,8 @@ pub(super) struct RecvState {
     /// Messages refused after their data packet: their descriptor packets
     /// are dropped quietly when they come.
     pub(super) refused: VecDeque<Refused>,
+    /// The senders' shared-memory rings.
+    pub(super) rings: Rings,
 }
 
 /// A byte string to receive into a buffer of its own (see `ipc::split`):
@@ -191,7 +198,7 @@ fn waiting_data(dst: &mut Vec<u8>) -> Result<Vec<u8>, RecvError> {
 }
 /// How long a message may wait for its descriptor packet (its sender died
 /// between the two sends, or never meant to send it).
-pub(super) const DESCRIPTOR_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const DESCRIPTOR_WAIT: Duration = Duration::from_secs(10);
 /// Tags of refused messages remembered.
 pub(super) const MAX_REFUSED: usize = 16;
 /// How long a receive that refused a message with descriptors waits for its
@@ -225,6 +232,14 @@ impl OsReceiver {
     /// receiver set, which otherwise waits for its sockets alone.
     pub(crate) fn due(&self) -> Option<Instant> {
         let state = self.state.borrow();
+        if !state.rings.is_empty() {
+            let blocked = |id| state.waiting.iter().any(|m| m.ring == Some(id));
+            // A caller that finds nothing due waits on the socket: the
+            // doorbell is armed for it.
+            if state.rings.ready(blocked) || state.rings.park(blocked) {
+                return Some(Instant::now());
+            }
+        }
         if let Some(first) = state.ready.front() {
             return Some(match &first.resume {
                 // A message whose rest is late: not before a slice has passed.
@@ -276,7 +291,10 @@ impl OsReceiver {
         // A fiber never blocks its worker in the kernel: it reads without
         // waiting, and waits on its worker's reactor (`wait_readable`).
         let fiber = crate::fiber::in_fiber();
-        if state.ready.is_empty()
+        let rings = !state.rings.is_empty();
+        if rings {
+            state.rings.begin();
+        } else if state.ready.is_empty()
             && state.waiting.is_empty()
             && self.packet_guess.get() <= SCATTER_MIN
         {
@@ -288,6 +306,13 @@ impl OsReceiver {
         }
         loop {
             if let Some(ready) = state.ready.pop_front() {
+                if ready.header.body == Body::Ring {
+                    // A sender's ring: its data packets come through it now.
+                    let fd = ready.fds.into_iter().next_back();
+                    let fd = fd.ok_or(WireError::BadHeader("carrier missing"))?;
+                    state.rings.install(fd)?;
+                    continue;
+                }
                 *dst = ready.data;
                 let Ready {
                     header,
@@ -300,11 +325,27 @@ impl OsReceiver {
             // Block in the kernel only when nothing waits for descriptors;
             // otherwise read without blocking (a descriptor packet normally
             // follows its message at once) and wait below, with a deadline.
-            let dontwait = fiber || !matches!(wait, Wait::Block) || !state.waiting.is_empty();
-            let read = match first
-                .take()
-                .unwrap_or_else(|| self.read(&state, dst, split.as_mut(), limit, dontwait))
-            {
+            // (With rings, the socket is read without waiting: a record may
+            // come meanwhile. A ring's records come first.)
+            let dontwait = fiber
+                || !matches!(wait, Wait::Block)
+                || !state.waiting.is_empty()
+                || !state.rings.is_empty();
+            let mut from_ring = None;
+            let read = match first.take() {
+                Some(read) => read,
+                None => match self.read_ring(&mut state, dst, limit) {
+                    Ok(Some((read, ring))) => {
+                        from_ring = Some(ring);
+                        Ok(read)
+                    }
+                    Ok(None) => self.read(&state, dst, split.as_mut(), limit, dontwait),
+                    Err(e) => Err(e),
+                },
+            };
+            let read = match read {
+                // A ring's last records, written before its sender went.
+                Err(RecvError::Disconnected) if state.rings.ready(|_| false) => continue,
                 Err(RecvError::Disconnected) if !state.waiting.is_empty() => {
                     // The stream ended before the announced descriptors.
                     state.waiting.clear();
@@ -314,6 +355,9 @@ impl OsReceiver {
                     // Only a socket read dry tells that a waiting message's descriptors are
                     // late: a receiver that comes back after a long while may find them queued.
                     if let Some(stale) = state.expire() {
+                        return Err(stale.into());
+                    }
+                    if let Some(stale) = state.rings.expire_orphans() {
                         return Err(stale.into());
                     }
                     // Wake up in time to expire the oldest waiting message,
@@ -328,6 +372,9 @@ impl OsReceiver {
                         // return, such as late descriptors dropped quietly.)
                         (Wait::Block, None) => (Instant::now() + DESCRIPTOR_WAIT, false),
                     };
+                    if !state.rings.is_empty() && self.wait_rings(&mut state, deadline) {
+                        continue;
+                    }
                     match wait_readable(self.fd(), deadline) {
                         Err(RecvError::Empty) if !own => continue,
                         other => other?,
@@ -342,13 +389,14 @@ impl OsReceiver {
                         }
                         // Unpin the region for its sender.
                         Body::Kept => state.regions.skip_kept(header.tag),
-                        Body::Inline => {}
+                        Body::Inline | Body::Ring | Body::Wake => {}
                     }
                     return Err(WireError::TooLarge { claimed, limit }.into());
                 }
                 other => other?,
             };
             match read {
+                Read::Data(header, _) if header.body == Body::Wake => {}
                 Read::Data(header, split_off) if header.nfds == 0 => {
                     // The steady state: no descriptors, so the payload is inline
                     // or in a region we hold (`Header::decode` wants a carrier
@@ -374,9 +422,16 @@ impl OsReceiver {
                         data,
                         fds: Vec::new(),
                         since: Instant::now(),
+                        ring: from_ring,
                     });
                     if state.waiting.len() > MAX_WAITING {
                         return Err(state.give_up_oldest().into());
+                    }
+                    if from_ring.is_some() {
+                        // Its descriptors may have been read first.
+                        for o in state.rings.orphans_of(header.tag) {
+                            state.attach(o.packet, o.fds, o.truncated)?;
+                        }
                     }
                 }
                 Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
@@ -504,7 +559,8 @@ impl OsReceiver {
         };
         let mut in_packet = total;
         let progress = match header.body {
-            Body::Inline => None,
+            // (Never handed out: `recv_message` takes a ring first.)
+            Body::Inline | Body::Ring | Body::Wake => None,
             Body::Fragmented => {
                 let carrier = fds.pop().ok_or(WireError::BadHeader("carrier missing"))?;
                 let deadline = deadline();
@@ -589,6 +645,44 @@ impl OsReceiver {
         Ok((fds, split_off))
     }
 
+    /// The next record of the rings, as the read of a data packet, and its
+    /// ring.
+    #[inline]
+    fn read_ring(
+        &self,
+        state: &mut RecvState,
+        dst: &mut Vec<u8>,
+        limit: u64,
+    ) -> Result<Option<(Read, u32)>, RecvError> {
+        if state.rings.is_empty() {
+            return Ok(None);
+        }
+        let RecvState { rings, waiting, .. } = state;
+        let blocked = |id| waiting.iter().any(|m| m.ring == Some(id));
+        Ok(rings.next(blocked, dst, limit)?.map(|(record, ring)| {
+            let header = match record {
+                Record::Plain => Header::new(Body::Inline, dst.len(), 0, 0),
+                Record::Packet(header) => header,
+            };
+            (Read::Data(header, false), ring)
+        }))
+    }
+
+    /// Before a wait on the socket until `deadline`: spins on the rings,
+    /// then arms their doorbells. `true` if a record came (read it, no
+    /// wait); `false`: wait on the socket, which a writer now rings.
+    #[cold]
+    fn wait_rings(&self, state: &mut RecvState, deadline: Instant) -> bool {
+        let busy = Config::busy_poll_now();
+        let RecvState { rings, waiting, .. } = state;
+        let blocked = |id| waiting.iter().any(|m| m.ring == Some(id));
+        if rings.spin(blocked, deadline, busy) {
+            return true;
+        }
+        // Busy: back to the socket's read, then spin again.
+        busy || rings.park(blocked)
+    }
+
     /// Whether any sender is left: the socket has not hung up.
     fn senders_left(&self) -> bool {
         !Os::hung_up(self.fd())
@@ -609,6 +703,13 @@ impl RecvState {
         truncated: bool,
     ) -> Result<(), RecvError> {
         let Some(i) = self.waiting.iter().position(|m| m.header.tag == packet.tag) else {
+            if !self.rings.is_empty() && !self.refused.iter().any(|r| r.tag == packet.tag) {
+                // The message's record may not have been read yet.
+                return self
+                    .rings
+                    .stash(packet, fds, truncated)
+                    .map_err(RecvError::from);
+            }
             if self.refused.iter().any(|r| r.tag == packet.tag) {
                 let last = self.skip(packet);
                 // A refused region message's region (its carrier, last) goes

@@ -47,11 +47,13 @@
 //! too, for such a send: it does not fall back to fragments.
 
 use std::io::IoSlice;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
+use super::ring::{Push, Writer, PAYLOAD_MAX, RECORD_MAX};
 use super::tag::random_tag;
 use super::{SendError, Wait};
 use crate::buf::IoIter;
@@ -73,6 +75,19 @@ const STACK_IOV: usize = 8;
 /// regions the receiver frees (in shared memory), or a send buffer that
 /// polls writable but has too little room for a message's first packets.
 const NAP: Duration = Duration::from_millis(1);
+/// A sender sets up its ring on this send (so a channel that carries one
+/// message, a reply, never pays for one).
+const RING_AFTER: u32 = 2;
+/// What a data packet's send returns when the ring came between the
+/// choice of route and the send, and the packet is too large for it:
+/// nothing was sent, choose again.
+const REPLAN: Errno = Errno::XDEV;
+/// [`SenderInner::ring_state`]: no ring, ever (turned off).
+const RING_OFF: u8 = 0;
+/// No ring yet.
+const RING_PENDING: u8 = 1;
+/// Every data packet goes through the ring.
+const RING_ON: u8 = 2;
 
 /// At least what the kernel charges a send buffer for a packet of `len`
 /// bytes: the bytes, rounded up by its allocator (at most doubled), and
@@ -119,7 +134,25 @@ pub(super) struct SenderInner {
     /// reused for the receiver it was sent to, so a receiver that keeps one
     /// and marks it free early can see or spoil only its own messages.
     pub(super) pool: Pool,
+    /// `RING_OFF`, `RING_PENDING` or `RING_ON`.
+    ring_state: AtomicU8,
+    /// The ring, once set up. Every data packet is sent under this lock
+    /// until the ring exists and then through it, so that no message of a
+    /// thread that saw no ring yet can overtake, on the socket, one it sent
+    /// before through the ring (the receiver reads the rings first).
+    ring: Mutex<RingSend>,
 }
+
+#[derive(Debug, Default)]
+struct RingSend {
+    writer: Option<Writer>,
+    sends: u32,
+}
+
+/// A sender with a ring looks at its socket every this many records: a
+/// receiver that died without taking the ring, or was killed, makes no
+/// other sign until the ring is full.
+const RING_CHECK_EVERY: u32 = 1024;
 
 impl OsSender {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
@@ -127,6 +160,11 @@ impl OsSender {
             inner: Arc::new(SenderInner {
                 fd,
                 pool: Pool::default(),
+                ring_state: AtomicU8::new(match Config::ring_now() {
+                    true => RING_PENDING,
+                    false => RING_OFF,
+                }),
+                ring: Mutex::default(),
             }),
         }
     }
@@ -162,13 +200,50 @@ impl OsSender {
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let inline_max = (Os::max_packet() - HEADER_LEN) & !7;
+        loop {
+            let ring = self.ring_ready();
+            match self.send_routed(parts, total, channels, wait, ring) {
+                Err(SendError::Io(e)) if !ring && Errno::from_io_error(&e) == Some(REPLAN) => {}
+                sent => return sent,
+            }
+        }
+    }
+
+    /// `send_wait` on the route a message of `total` bytes takes, through
+    /// the ring if `ring` (then a payload too large for a record goes by
+    /// region or fragments, its header through the ring).
+    fn send_routed(
+        &self,
+        parts: &[IoSlice<'_>],
+        total: usize,
+        channels: &[BorrowedFd<'_>],
+        wait: Wait,
+        ring: bool,
+    ) -> Result<(), SendError> {
+        let (inline_max, packet_max) = match ring {
+            true => (PAYLOAD_MAX, RECORD_MAX - 8),
+            false => ((Os::max_packet() - HEADER_LEN) & !7, Os::max_packet()),
+        };
         let regions = Config::large_messages_now() == LargeMessages::SharedMemory;
+        if ring && total > inline_max && total <= (Os::max_packet() - HEADER_LEN) & !7 {
+            // Too large for a record, small enough for one packet (which
+            // the socket can no longer carry: see `ring`'s order): a region
+            // the receiver holds, within the process's budget of them, as
+            // without a ring; else a region for this message alone. Its
+            // header takes the ring.
+            for take in [Take::Kept, Take::Once] {
+                if let Some(sent) = self.send_region(parts, total, channels, take, wait) {
+                    return sent;
+                }
+            }
+            return self.send_fragmented(parts, total, channels, packet_max, wait);
+        }
         if total <= inline_max && parts.len() < IOV_MAX {
             // Past the stack packet, a region the receiver holds beats the
             // kernel's copy (two `memcpy`s and a header-sized packet): use
             // one if there is one, but pass no descriptor for these sizes.
-            if regions && total > SMALL && channels.is_empty() {
+            // (A ring's one copy each way beats both.)
+            if !ring && regions && total > SMALL && channels.is_empty() {
                 if let Some(sent) = self.send_region(parts, total, channels, Take::Kept, wait) {
                     return sent;
                 }
@@ -187,7 +262,172 @@ impl OsSender {
                 return sent;
             }
         }
-        self.send_fragmented(parts, total, channels, Os::max_packet(), wait)
+        self.send_fragmented(parts, total, channels, packet_max, wait)
+    }
+
+    /// Whether this sender's data packets go through its ring, setting the
+    /// ring up on its [`RING_AFTER`]th send.
+    #[inline]
+    fn ring_ready(&self) -> bool {
+        match self.inner.ring_state.load(Ordering::Acquire) {
+            RING_ON => true,
+            RING_OFF => false,
+            _ => self.ring_setup(),
+        }
+    }
+
+    /// Sets the ring up, if it is time: creates it, then announces it to
+    /// the receiver over the socket (a [`Body::Ring`] header, then the
+    /// memfd in its descriptor packet), which reads it before any record.
+    #[cold]
+    fn ring_setup(&self) -> bool {
+        let mut ring = self.lock_ring();
+        if ring.writer.is_some() {
+            return true;
+        }
+        ring.sends = ring.sends.saturating_add(1);
+        if ring.sends < RING_AFTER {
+            return false;
+        }
+        let off = || {
+            self.inner.ring_state.store(RING_OFF, Ordering::Relaxed);
+            false
+        };
+        // A ring sends medium messages by region (see `send_routed`), and
+        // with `Fragments` none is ever used.
+        if Config::large_messages_now() != LargeMessages::SharedMemory {
+            return off();
+        }
+        let Ok((writer, fd)) = Writer::create() else {
+            return off();
+        };
+        let tag = random_tag();
+        let header = Header::new(Body::Ring, 0, 0, tag).encode();
+        match Os::try_send_small(self.fd(), &header, &[], 0) {
+            Ok(_) => {}
+            // The socket is full: again on the next send.
+            Err(Errno::AGAIN) => return false,
+            Err(_) => return off(),
+        }
+        // Committed: its descriptor packet follows whatever it takes.
+        if self.send_fds(&[], Some(Os::borrow(&fd)), tag).is_err() {
+            return off();
+        }
+        ring.writer = Some(writer);
+        self.inner.ring_state.store(RING_ON, Ordering::Release);
+        true
+    }
+
+    fn lock_ring(&self) -> std::sync::MutexGuard<'_, RingSend> {
+        // (A panic while it was held left the ring as it was: whole records.)
+        self.inner
+            .ring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends a data packet without waiting, `header` then `parts` (`total`
+    /// bytes): through the ring once there is one, else the socket.
+    /// `plain`: a message without descriptors, whose record needs no header.
+    #[inline]
+    pub(super) fn try_data(
+        &self,
+        header: &[u8; HEADER_LEN],
+        parts: &[IoSlice<'_>],
+        total: usize,
+        plain: bool,
+    ) -> Result<usize, Errno> {
+        if self.inner.ring_state.load(Ordering::Relaxed) == RING_OFF {
+            return self.try_socket(header, parts, total);
+        }
+        let mut ring = self.lock_ring();
+        let RingSend { writer, sends } = &mut *ring;
+        let Some(writer) = writer.as_mut() else {
+            return self.try_socket(header, parts, total);
+        };
+        *sends = sends.wrapping_add(1);
+        if *sends % RING_CHECK_EVERY == 0 && Os::hung_up(self.fd()) {
+            return Err(Errno::PIPE);
+        }
+        let pushed = match plain {
+            true => writer.push(None, parts, total),
+            false => writer.push(Some(header), parts, total),
+        };
+        if pushed == Err(Push::Gone) {
+            // The receiver that took the ring is gone, but the socket is
+            // not (another end, rebuilt from a duplicate of its descriptor,
+            // reads it): the socket it is, from now on.
+            ring.writer = None;
+            self.inner.ring_state.store(RING_OFF, Ordering::Relaxed);
+            return self.try_socket(header, parts, total);
+        }
+        drop(ring);
+        match pushed {
+            Ok(parked) => {
+                if parked {
+                    self.ring_bell();
+                }
+                Ok(HEADER_LEN + total)
+            }
+            Err(Push::Full) => Err(Errno::AGAIN),
+            Err(Push::TooLarge) => Err(REPLAN),
+            // (Handled above.)
+            Err(Push::Gone) => Err(Errno::PIPE),
+            Err(Push::Corrupt) => Err(Errno::PROTO),
+        }
+    }
+
+    /// Wakes a receiver parked on its socket (see `ring`): a [`Body::Wake`]
+    /// packet. A full socket needs none (the receiver has packets to read);
+    /// a closed one is the next send's to report.
+    #[cold]
+    fn ring_bell(&self) {
+        let header = Header::new(Body::Wake, 0, 0, 0).encode();
+        let _ = Os::try_send_small(self.fd(), &header, &[], 0);
+    }
+
+    /// A data packet through the socket, without waiting.
+    #[inline]
+    fn try_socket(
+        &self,
+        header: &[u8; HEADER_LEN],
+        parts: &[IoSlice<'_>],
+        total: usize,
+    ) -> Result<usize, Errno> {
+        if total <= SMALL {
+            Os::try_send_small(self.fd(), header, parts, total)
+        } else if parts.len() < STACK_IOV {
+            // Small gathers, the common case, stay on the stack.
+            let mut iov = [IoSlice::new(&[]); STACK_IOV];
+            iov[0] = IoSlice::new(header);
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            Os::try_send(self.fd(), &iov[..=n], &[])
+        } else {
+            // At most `IOV_MAX` parts reach here (`send` checks).
+            let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
+            iov[0] = IoSlice::new(header);
+            let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
+            Os::try_send(self.fd(), &iov[..=n], &[])
+        }
+    }
+
+    /// Waits for room in the ring until `deadline`: `EAGAIN` if none came,
+    /// `EPIPE` if the receiver is gone. No readiness announces room (the
+    /// receiver makes no system call as it reads), so the writer naps,
+    /// longer each time, checking that its socket has not hung up.
+    #[cold]
+    fn wait_ring_room(&self, deadline: Option<Instant>, nap: &mut Duration) -> Result<(), Errno> {
+        if Os::hung_up(self.fd()) {
+            return Err(Errno::PIPE);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Errno::AGAIN);
+        }
+        let until = now + *nap;
+        crate::fiber::sleep_until(deadline.map_or(until, |d| d.min(until)));
+        *nap = (*nap * 2).min(NAP);
+        Ok(())
     }
 
     /// [`send_region`](Self::send_region) for a large message, any region:
@@ -239,6 +479,7 @@ impl OsSender {
         ahead: usize,
         mut try_send: impl FnMut() -> Result<usize, Errno>,
     ) -> Result<usize, Errno> {
+        let mut nap = Duration::from_micros(10);
         loop {
             let room = match wait {
                 Wait::Block => true,
@@ -254,11 +495,24 @@ impl OsSender {
                     sent => return sent,
                 }
             }
+            if room
+                && self.inner.ring_state.load(Ordering::Relaxed) == RING_ON
+                && Os::hung_up(self.fd())
+            {
+                // A full ring whose receiver is gone (it may never have
+                // taken the ring, so only the socket can tell).
+                return Err(Errno::PIPE);
+            }
             let deadline = match wait {
                 Wait::Block => None,
                 Wait::Poll => return Err(Errno::AGAIN),
                 Wait::Until(deadline) => Some(deadline),
             };
+            if room && self.inner.ring_state.load(Ordering::Relaxed) == RING_ON {
+                // The ring is full (the socket's room is no measure of it).
+                self.wait_ring_room(deadline, &mut nap)?;
+                continue;
+            }
             let writable = Os::wait_writable(self.fd(), deadline)
                 .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
             if !writable {
@@ -282,23 +536,8 @@ impl OsSender {
         let tag = if channels.is_empty() { 0 } else { random_tag() };
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
         let ahead = ahead(HEADER_LEN + total, channels.len());
-        let sent = self.first_packet(wait, ahead, || {
-            if total <= SMALL {
-                Os::try_send_small(self.fd(), &header, parts, total)
-            } else if parts.len() < STACK_IOV {
-                // Small gathers, the common case, stay on the stack.
-                let mut iov = [IoSlice::new(&[]); STACK_IOV];
-                iov[0] = IoSlice::new(&header);
-                let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-                Os::try_send(self.fd(), &iov[..=n], &[])
-            } else {
-                // At most `IOV_MAX` parts reach here (`send` checks).
-                let mut iov = vec![IoSlice::new(&[]); parts.len() + 1];
-                iov[0] = IoSlice::new(&header);
-                let n = IoIter::slices(parts).io_slices(&mut iov[1..]);
-                Os::try_send(self.fd(), &iov[..=n], &[])
-            }
-        });
+        let plain = channels.is_empty();
+        let sent = self.first_packet(wait, ahead, || self.try_data(&header, parts, total, plain));
         match sent {
             Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
             Err(Errno::NOBUFS | Errno::MSGSIZE) => Err(Inline::DataNoBufs),
@@ -404,8 +643,7 @@ impl OsSender {
                 let header = Header::new(Body::Kept, total, 0, token)
                     .in_region(skew, streamed)
                     .encode();
-                let sent =
-                    self.first_packet(wait, 0, || Os::try_send_small(self.fd(), &header, &[], 0));
+                let sent = self.first_packet(wait, 0, || self.try_data(&header, &[], 0, false));
                 if sent.is_err() {
                     region.unclaim();
                 }
@@ -423,10 +661,8 @@ impl OsSender {
                     .in_region(skew, streamed)
                     .encode();
                 let ahead = ahead(HEADER_LEN, channels.len() + 1);
-                self.first_packet(wait, ahead, || {
-                    Os::try_send(self.fd(), &[IoSlice::new(&header)], &[])
-                })
-                .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
+                self.first_packet(wait, ahead, || self.try_data(&header, &[], 0, false))
+                    .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
             }
         };
         match &sent {
