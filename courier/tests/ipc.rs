@@ -12,32 +12,15 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use courier::ipc::{
-    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer,
-    IpcReceiver, IpcSender, LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
+    self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcMessage, IpcOneShotServer, IpcReceiver,
+    IpcSender, LargeMessages, OpaqueIpcReceiver, TryRecvError, WireError,
 };
 use rustix::net::{self, AddressFamily, SendFlags, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};
 
 mod common;
 use common::wire::{fd_packet, header, raw_send, seqpacket_pair, wire_error};
-use common::{fd_check, open_fds};
-
-/// Runs `f` with the process-wide configuration changed, then restores it
-/// (also if `f` panics, so that one failure does not spread to the tests
-/// after it).
-fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
-    struct Restore(Config);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            Config::set_global(self.0);
-        }
-    }
-    let saved = Restore(Config::global());
-    let mut config = saved.0;
-    change(&mut config);
-    Config::set_global(config);
-    f()
-}
+use common::{fd_check, open_fds, with_config};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

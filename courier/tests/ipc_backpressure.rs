@@ -12,30 +12,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use courier::fiber;
-use courier::ipc::{self, Config, IpcSender, SendTimeoutError, TryRecvError, TrySendError};
+use courier::ipc::{self, IpcSender, SendTimeoutError, TryRecvError, TrySendError};
 
 mod common;
 mod watchdog;
-use common::fd_check;
+use common::{fd_check, with_config};
 use watchdog::with_watchdog;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Runs `f` with the process's settings changed by `change`, restored after
-/// (also if `f` panics).
-fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
-    struct Restore(Config);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            Config::set_global(self.0);
-        }
-    }
-    let saved = Restore(Config::global());
-    let mut config = saved.0;
-    change(&mut config);
-    Config::set_global(config);
-    f()
-}
 
 /// Sends `make(i)` for `i = 0, 1, …` with `try_send` until the channel is
 /// full; checks that the message handed back is the one passed, and

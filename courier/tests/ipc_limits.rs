@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use courier::ipc::{
-    self, Config, IpcBytesReceiver, IpcBytesSender, IpcError, IpcReceiver, IpcSender, TryRecvError,
+    self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcReceiver, IpcSender, TryRecvError,
     WireError,
 };
 use rustix::fs::{self, MemfdFlags, SealFlags};
@@ -21,25 +21,9 @@ use serde::{Deserialize, Serialize};
 
 mod common;
 mod watchdog;
-use common::fd_check;
 use common::wire::{fd_packet, header, raw_send, seqpacket_pair, wire_error};
+use common::{fd_check, with_config};
 use watchdog::with_watchdog;
-
-/// Runs `f` with the process's settings changed by `change`, restored after
-/// (also if `f` panics).
-fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
-    struct Restore(Config);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            Config::set_global(self.0);
-        }
-    }
-    let saved = Restore(Config::global());
-    let mut config = saved.0;
-    change(&mut config);
-    Config::set_global(config);
-    f()
-}
 
 /// The process's address space, in bytes (`VmSize`).
 fn address_space() -> u64 {

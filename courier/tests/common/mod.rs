@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
+
+use courier::ipc::Config;
 
 pub mod wire;
 
@@ -64,4 +67,43 @@ impl Drop for FdCheck {
             self.before
         );
     }
+}
+
+/// Runs `f` with the process's settings changed by `change`, restored after
+/// (also if `f` panics, so that one failure does not spread to the tests
+/// after it).
+#[allow(dead_code)] // not every test binary changes the settings
+pub fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -> R {
+    struct Restore(Config);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            Config::set_global(self.0);
+        }
+    }
+    let saved = Restore(Config::global());
+    let mut config = saved.0;
+    change(&mut config);
+    Config::set_global(config);
+    f()
+}
+
+/// Starts this test binary again (`/proc/self/exe`, no `fork` of the
+/// threaded harness) running only its `child_entry` test, with `envs` set
+/// (the role it plays, the one-shot server it connects to...), its stdout
+/// piped to the caller.
+#[allow(dead_code)] // not every test binary has child processes
+pub fn spawn_child_entry(envs: &[(&str, &str)]) -> Child {
+    Command::new("/proc/self/exe")
+        .args([
+            "child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
