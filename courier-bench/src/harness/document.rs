@@ -80,8 +80,19 @@ struct Pick {
     courier: &'static str,
     /// The peers' subjects, in the order shown.
     peers: &'static [&'static str],
-    /// Show the `floor` subject's distance too.
-    floor: bool,
+    /// The floor whose distance is shown too.
+    floor: Floor,
+}
+
+/// The floor column of a [`Pick`].
+enum Floor {
+    /// None.
+    None,
+    /// The `floor` subject of the same case.
+    Same,
+    /// The `floor` subject of another case, `(suite, case)`, same metric:
+    /// a limit measured by its own suite in the same run.
+    Case(&'static str, &'static str),
 }
 
 /// The summary: a handful of cases that show each reach against its peers.
@@ -93,7 +104,7 @@ const PICKS: &[Pick] = &[
         metric: "sendrecv_ns",
         courier: "courier",
         peers: &["ipc-channel"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "ipc: 64 B bytes message, send + receive",
@@ -102,7 +113,7 @@ const PICKS: &[Pick] = &[
         metric: "sendrecv_ns",
         courier: "courier-bytes",
         peers: &["ipc-channel-bytes"],
-        floor: true,
+        floor: Floor::Same,
     },
     Pick {
         label: "ipc: 64 KiB bytes message, send + receive",
@@ -111,7 +122,7 @@ const PICKS: &[Pick] = &[
         metric: "sendrecv_ns",
         courier: "courier-bytes",
         peers: &["ipc-channel-bytes"],
-        floor: true,
+        floor: Floor::Same,
     },
     Pick {
         label: "ipc: 64 B round trip between two processes on one CPU (p50)",
@@ -119,8 +130,35 @@ const PICKS: &[Pick] = &[
         case: "rtt_pinned_64b",
         metric: "rtt_p50_ns",
         courier: "courier",
+        peers: &["ipc-channel", "courier-socket"],
+        floor: Floor::Same,
+    },
+    Pick {
+        label: "ipc: 64 B round trip, one CPU each (p50)",
+        suite: "ipc",
+        case: "rtt_split_64b",
+        metric: "rtt_p50_ns",
+        courier: "courier",
+        peers: &["ipc-channel", "courier-socket"],
+        floor: Floor::Same,
+    },
+    Pick {
+        label: "ipc: 64 B round trip, one CPU each, receivers busy-polling (p50; floor: shared memory polled by both)",
+        suite: "ipc",
+        case: "rtt_split_64b",
+        metric: "rtt_p50_ns",
+        courier: "courier-busypoll",
         peers: &["ipc-channel"],
-        floor: true,
+        floor: Floor::Case("floor", "rtt_shm_spin_split"),
+    },
+    Pick {
+        label: "ipc: 64 B messages streamed from one process to another, one CPU each (msgs/s)",
+        suite: "ipc",
+        case: "oneway_64b_split",
+        metric: "msgs_per_s",
+        courier: "courier",
+        peers: &["ipc-channel", "courier-socket"],
+        floor: Floor::Same,
     },
     Pick {
         label: "ipc: 8 MiB round trip, one CPU each (p50)",
@@ -129,7 +167,7 @@ const PICKS: &[Pick] = &[
         metric: "rtt_p50_ns",
         courier: "courier",
         peers: &["ipc-channel"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "threads: ring of 16 over `bounded(0)`",
@@ -138,7 +176,7 @@ const PICKS: &[Pick] = &[
         metric: "msg_ns",
         courier: "courier",
         peers: &["crossbeam-channel", "flume", "std-mpsc"],
-        floor: true,
+        floor: Floor::Same,
     },
     Pick {
         label: "threads: 4 senders, 4 receivers over `bounded(1)`",
@@ -147,7 +185,7 @@ const PICKS: &[Pick] = &[
         metric: "msg_ns",
         courier: "courier",
         peers: &["crossbeam-channel", "flume"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "threads: one sender, one receiver over `unbounded()`",
@@ -156,7 +194,7 @@ const PICKS: &[Pick] = &[
         metric: "msg_ns",
         courier: "courier",
         peers: &["crossbeam-channel", "flume", "std-mpsc"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "fibers: a yield and back (switch)",
@@ -165,7 +203,7 @@ const PICKS: &[Pick] = &[
         metric: "yield_rtt_ns",
         courier: "courier",
         peers: &["may"],
-        floor: true,
+        floor: Floor::Same,
     },
     Pick {
         label: "fibers: spawn and run to completion (allocate)",
@@ -174,7 +212,7 @@ const PICKS: &[Pick] = &[
         metric: "spawns_per_s",
         courier: "courier",
         peers: &["may", "corosensei"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "fibers: ring of 10,000, every fiber sending, one worker",
@@ -183,7 +221,7 @@ const PICKS: &[Pick] = &[
         metric: "msg_ns",
         courier: "courier",
         peers: &["may"],
-        floor: false,
+        floor: Floor::None,
     },
     Pick {
         label: "fibers: hello HTTP server, 256 keep-alive connections (requests/s)",
@@ -192,7 +230,7 @@ const PICKS: &[Pick] = &[
         metric: "requests_per_s",
         courier: "courier",
         peers: &["may-minihttp", "tokio-hyper"],
-        floor: false,
+        floor: Floor::None,
     },
 ];
 
@@ -320,10 +358,12 @@ fn summary(out: &mut String, runs: &[SuiteRun], plot: Option<&str>) {
                 Some(format!("{p} {r:.2}x"))
             })
             .collect();
-        let floor = pick
-            .floor
-            .then(|| find(pick.suite, pick.case, pick.metric, FLOOR))
-            .flatten()
+        let floor = match pick.floor {
+            Floor::None => None,
+            Floor::Same => find(pick.suite, pick.case, pick.metric, FLOOR),
+            Floor::Case(suite, case) => find(suite, case, pick.metric, FLOOR),
+        };
+        let floor = floor
             .and_then(|f| sense.advantage(f.value, ours.value))
             .map_or("-".to_string(), |r| format!("at {r:.2}x"));
         lines.push(format!(
@@ -347,9 +387,11 @@ fn summary(out: &mut String, runs: &[SuiteRun], plot: Option<&str>) {
         out,
         "courier's median in this run, and how many times courier is ahead of each peer \
          measured beside it (the peer's time over courier's, or courier's rate over the \
-         peer's; below 1.00x the peer is ahead). The `floor` column reads the other way: \
+         peer's; below 1.00x the peer is ahead; `courier-socket` is courier with its \
+         shared-memory ring off). The `floor` column reads the other way: \
          courier's time over the physical limit's (a bare `SOCK_SEQPACKET` send and \
-         receive, a bare socket round trip, a ring of bare futex hand-offs, a bare \
+         receive, a bare socket round trip or stream, a sequence number through shared \
+         memory polled by both processes, a ring of bare futex hand-offs, a bare \
          coroutine switch), 1.00x being at it. The suite sections below give every case \
          with its spread.\n"
     );
@@ -739,6 +781,50 @@ mod tests {
             summary,
             "| threads: ring of 16 over `bounded(0)` (`ring` `ring_bounded0_16`) \
              | 4.00 µs | flume 1.50x | at 0.80x |"
+        );
+    }
+
+    #[test]
+    fn a_summary_floor_may_come_from_another_suite() {
+        let p50 =
+            |subject: &str, value: f64| row("rtt_split_64b", subject, "rtt_p50_ns", "ns", value);
+        let ipc = Report {
+            suite: "ipc".into(),
+            rows: vec![
+                p50("courier", 1000.0),
+                p50("courier-socket", 3000.0),
+                p50("courier-busypoll", 400.0),
+                p50("ipc-channel", 12_000.0),
+                p50("floor", 800.0),
+            ],
+            notes: Vec::new(),
+        };
+        let floor = Report {
+            suite: "floor".into(),
+            rows: vec![row(
+                "rtt_shm_spin_split",
+                "floor",
+                "rtt_p50_ns",
+                "ns",
+                200.0,
+            )],
+            notes: Vec::new(),
+        };
+        let text = render(&[run(floor), run(ipc)], &provenance(), None, &[]);
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("(`ipc` `rtt_split_64b`)"))
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(
+            rows[0].ends_with("| 1.00 µs | ipc-channel 12.00x, courier-socket 3.00x | at 1.25x |"),
+            "{}",
+            rows[0]
+        );
+        assert!(
+            rows[1].ends_with("| 400 ns | ipc-channel 30.00x | at 2.00x |"),
+            "{}",
+            rows[1]
         );
     }
 

@@ -299,10 +299,25 @@ pub fn time_each_interleaved<E>(
     rounds: usize,
     subjects: &mut [Op<'_, E>],
 ) -> Result<Vec<Each>, E> {
+    time_each_turns(warmup, n, rounds, subjects, |_| Ok(()))
+}
+
+/// [`time_each_interleaved`], calling `turn(i)` (untimed) before subject
+/// `i`'s warm-up and before each of its turns: for subjects that need a
+/// process-wide setting of their own while they run, or a peer woken from
+/// (or sent back to) its sleep, without any of it inside a timed operation.
+pub fn time_each_turns<E>(
+    warmup: usize,
+    n: usize,
+    rounds: usize,
+    subjects: &mut [Op<'_, E>],
+    mut turn: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Vec<Each>, E> {
     let rounds = rounds.clamp(1, n.max(1));
     let per_round = n / rounds;
     let mut out: Vec<(Each, u64)> = Vec::with_capacity(subjects.len());
-    for op in subjects.iter_mut() {
+    for (i, op) in subjects.iter_mut().enumerate() {
+        turn(i)?;
         for _ in 0..warmup {
             op()?;
         }
@@ -310,6 +325,7 @@ pub fn time_each_interleaved<E>(
     }
     for round in 0..rounds {
         for i in rotation(round, subjects.len()) {
+            turn(i)?;
             let (op, (each, cpu)) = (&mut subjects[i], &mut out[i]);
             let chunk = time_each(1, per_round, op)?;
             *cpu += (chunk.cpu_ns_per_op * per_round as f64) as u64;
@@ -404,6 +420,32 @@ mod tests {
         };
         assert_eq!(s.per_s(), vec![1e6, 4e6]);
         assert_eq!(s.bytes_per_s(64), vec![64e6, 256e6]);
+    }
+
+    #[test]
+    fn turns_are_announced_before_warmups_and_turns() {
+        let log = std::cell::RefCell::new(Vec::new());
+        let mut a = || {
+            log.borrow_mut().push("a");
+            Ok::<(), ()>(())
+        };
+        let mut b = || {
+            log.borrow_mut().push("b");
+            Ok::<(), ()>(())
+        };
+        let mut subjects: Vec<Op<'_, ()>> = vec![Box::new(&mut a), Box::new(&mut b)];
+        let each = time_each_turns(1, 2, 2, &mut subjects, |i| {
+            log.borrow_mut().push(["A", "B"][i]);
+            Ok(())
+        })
+        .unwrap();
+        drop(subjects);
+        assert_eq!(each.len(), 2);
+        assert!(each.iter().all(|e| e.ns.len() == 2));
+        // Warm-ups, then two rounds (the second starting with b), each turn
+        // an untimed operation and one timed one.
+        let want = "A a B b A a a B b b B b b A a a";
+        assert_eq!(log.into_inner().join(" "), want);
     }
 
     #[test]

@@ -85,6 +85,16 @@ impl Case {
         }
     }
 
+    /// Attaches `"bytes": n` to a case named otherwise than
+    /// [`Case::sized`] names it (`oneway_64b_pinned`, with the placement
+    /// after the size).
+    pub fn bytes(self, n: u64) -> Case {
+        Case {
+            bytes: Some(n),
+            ..self
+        }
+    }
+
     /// Attaches `"tasks": n` (a task-count case; name it yourself, e.g.
     /// `ring_16`).
     pub fn tasks(self, n: u64) -> Case {

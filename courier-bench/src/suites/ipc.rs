@@ -8,6 +8,7 @@
 //! | subject | what one operation is |
 //! | --- | --- |
 //! | `courier` | `IpcSender<Vec<u8>>::send(value)` + `value = recv()` |
+//! | `courier-socket` | `courier` with [`Config::ring`](cr::Config::ring) off: every message through the socket |
 //! | `courier-serde-bytes` | the same with the payload in a `#[serde(with = "serde_bytes")]` field |
 //! | `courier-bytes` | `IpcBytesSender::send(&data)` + `recv()` |
 //! | `ipc-channel` | ipc-channel's `IpcSender<Vec<u8>>`, as `courier` |
@@ -21,6 +22,13 @@
 //! and receive it on the same thread (the send blocks until the receiver
 //! reads), so above that size its send runs on a scoped thread per message,
 //! as ipc-channel's own `benches/platform.rs` does.
+//!
+//! `courier`'s settings are process-wide, so every courier subject puts its
+//! own in force before it creates its channels and at the start of every
+//! sample (a few relaxed stores, outside the per-message loop): `courier`,
+//! `courier-bytes` and `courier-serde-bytes` run with the settings the run
+//! found (the ring on, unless `COURIER_IPC_RING=0`), `courier-socket` with
+//! the ring off.
 //!
 //! # `select_<k>of16`: receiver sets
 //! One thread sends a `u64` on k of the 16 typed channels in a receiver set
@@ -52,20 +60,40 @@
 //! whole-message region and ipc-channel's fragment stream part ways: on one
 //! CPU the fragments' small hot kernel buffer wins, on two the region does.
 //!
+//! | subject | settings, in both processes |
+//! | --- | --- |
+//! | `courier` | as the run found them (the ring on; a waiting receiver spins briefly, then sleeps) |
+//! | `courier-socket` | the ring off: every message through the socket |
+//! | `courier-busypoll` | [`Config::busy_poll`](cr::Config::busy_poll) on: a waiting receiver spins |
+//! | `ipc-channel` | its bytes channels |
+//! | `floor` | 64 B to 64 KiB: one packet each way on a bare `SOCK_SEQPACKET` socketpair |
+//!
+//! A busy-polling child would spin through the other subjects' turns too
+//! (on their CPU, when pinned), so `courier-busypoll`'s child spins only
+//! during its own: before each of its turns the parent sends it a 1-byte
+//! message (`[1]`, no payload size of these cases) that turns its busy
+//! polling on, and before any other subject's turn one (`[0]`) that turns
+//! it off; the child echoes each once it is in force. Both are untimed.
+//!
+//! # `oneway_64b_<placement>`: a stream between two processes
+//! See `ipc_oneway.rs`.
+//!
 //! # `stream`: async streams under tokio
 //! See `ipc_stream.rs`.
 
+use std::cell::Cell;
 use std::hint::black_box;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use courier::ipc as cr;
 use ipc_channel::ipc as ic;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::child::{self, Placement};
-use crate::harness::measure::{time_each_interleaved, Op, Ops, Sampler};
+use crate::harness::child::{self, Affinity, Peer, Placement};
+use crate::harness::measure::{time_each_turns, Op, Ops, Sampler};
 use crate::harness::mem::{CopyPair, APART};
 use crate::harness::{Case, Ctx, Error, Result};
 
@@ -102,20 +130,87 @@ fn sampler(size: usize, samples: usize) -> Sampler {
 }
 
 /// A subject: given the payload, its channels (set up, untimed) and what one
-/// sample does with them.
-type Subject = (&'static str, for<'a> fn(&'a [u8]) -> Result<Ops<'a, Error>>);
+/// sample does with them, under `courier`'s settings for it (the peers and
+/// the floor ignore them).
+type Subject = (
+    &'static str,
+    Setting,
+    for<'a> fn(&'a [u8]) -> Result<Ops<'a, Error>>,
+);
 
 const SUBJECTS: &[Subject] = &[
-    ("courier", courier_typed),
-    ("courier-serde-bytes", courier_serde_bytes),
-    ("courier-bytes", courier_bytes),
-    ("ipc-channel", ipc_channel_typed),
-    ("ipc-channel-bytes", ipc_channel_bytes),
-    ("floor", floor),
+    ("courier", Setting::Found, courier_typed),
+    ("courier-socket", Setting::Socket, courier_typed),
+    ("courier-serde-bytes", Setting::Found, courier_serde_bytes),
+    ("courier-bytes", Setting::Found, courier_bytes),
+    ("ipc-channel", Setting::Found, ipc_channel_typed),
+    ("ipc-channel-bytes", Setting::Found, ipc_channel_bytes),
+    ("floor", Setting::Found, floor),
 ];
+
+/// `courier::ipc`'s process-wide settings a subject runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Setting {
+    /// As the run found them (the ring on unless `COURIER_IPC_RING=0`).
+    Found,
+    /// The ring off: every message through the socket.
+    Socket,
+    /// A receiver waiting for ring messages spins.
+    BusyPoll,
+}
+
+impl Setting {
+    /// The child role's argument for this setting.
+    pub(super) fn arg(self) -> String {
+        match self {
+            Setting::Found => "found",
+            Setting::Socket => "socket",
+            Setting::BusyPoll => "busypoll",
+        }
+        .to_string()
+    }
+
+    /// The setting a child role was given with [`Setting::arg`].
+    pub(super) fn parse(arg: Option<&String>) -> Result<Setting> {
+        match arg.map(String::as_str) {
+            Some("found") => Ok(Setting::Found),
+            Some("socket") => Ok(Setting::Socket),
+            Some("busypoll") => Ok(Setting::BusyPoll),
+            other => Err(format!("courier setting {other:?}").into()),
+        }
+    }
+
+    /// The settings in this process as the run found them, read once (the
+    /// first time any is put in force), with this one's change.
+    pub(super) fn config(self) -> cr::Config {
+        static FOUND: OnceLock<cr::Config> = OnceLock::new();
+        let mut config = *FOUND.get_or_init(cr::Config::global);
+        match self {
+            Setting::Found => {}
+            Setting::Socket => config.ring = false,
+            Setting::BusyPoll => config.busy_poll = true,
+        }
+        config
+    }
+
+    /// Puts these settings in force in this process.
+    pub(super) fn apply(self) {
+        cr::Config::set_global(self.config());
+    }
+
+    /// `ops`, with these settings put in force at the start of every sample.
+    fn around<'a>(self, mut ops: Ops<'a, Error>) -> Ops<'a, Error> {
+        Box::new(move |n| {
+            self.apply();
+            ops(n)
+        })
+    }
+}
 
 /// Runs the suite.
 pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
+    // Read the settings as found before any subject changes them.
+    Setting::Found.apply();
     let samples = ctx.samples(30, 100);
     for size in sizes(ctx.full()) {
         let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
@@ -126,15 +221,20 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
         ctx.status(case.name());
         let mut subjects = SUBJECTS
             .iter()
-            .map(|(_, setup)| setup(&data))
+            .map(|&(_, setting, setup)| {
+                setting.apply(); // before the channels are created
+                Ok(setting.around(setup(&data)?))
+            })
             .collect::<Result<Vec<_>>>()?;
-        let sampled = sampler(size, samples).interleave(&mut subjects)?;
+        let sampled = sampler(size, samples).interleave(&mut subjects);
+        Setting::Found.apply();
+        let sampled = sampled?;
         drop(subjects);
-        for ((subject, _), s) in SUBJECTS.iter().zip(sampled) {
+        for ((subject, _, _), s) in SUBJECTS.iter().zip(sampled) {
             ctx.record(&case, subject, "sendrecv_ns", "ns", &s.wall_ns);
         }
     }
-    ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone); subjects take turns, one sample each per round");
+    ctx.note("sendrecv: one message sent then received by one thread; typed subjects send the value they received last (no clone); subjects take turns, one sample each per round; courier-socket = courier with Config.ring off");
     ctx.note(format!(
         "ipc-channel above {} B sends from a scoped thread per message (its send blocks until read); \
          floor from 7 KiB = a 40-byte packet and two warm memcpys placed apart",
@@ -145,6 +245,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Result<()> {
     super::ipc_router::run(ctx)?;
     super::ipc_fds::run(ctx)?;
     round_trips(ctx)?;
+    super::ipc_oneway::run(ctx)?;
     super::ipc_stream::run(ctx)
 }
 
@@ -489,6 +590,28 @@ type IpcChannelBoot = (ic::IpcBytesSender, ic::IpcBytesReceiver);
 /// Rounds in which the subjects of a round-trip case take turns.
 const RTT_ROUNDS: usize = 10;
 
+/// The courier subjects of the round-trip cases, each with its own child.
+const RTT_COURIER: [(&str, Setting); 3] = [
+    ("courier", Setting::Found),
+    ("courier-socket", Setting::Socket),
+    ("courier-busypoll", Setting::BusyPoll),
+];
+
+/// The 1-byte messages that turn a `courier-busypoll` child's busy polling
+/// on and off (no round trip of these cases is 1 byte long).
+const SPIN: u8 = 1;
+const PARK: u8 = 0;
+
+/// Starts an echo child with `setting`, returning it and its ends.
+fn courier_echo(placed: &Affinity, setting: Setting) -> Result<(Peer, CourierBoot)> {
+    setting.apply(); // before the channels are created
+    let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
+    let peer = placed.spawn("ipc-echo-courier", &[name, setting.arg()], &[])?;
+    let (_rx, ends) = server.accept_timeout(Duration::from_secs(30))?;
+    Setting::Found.apply();
+    Ok((peer, ends))
+}
+
 fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
     let all = ctx.pick(2000, 20000);
     // Not `Unpinned`: left to the scheduler, each subject's child lands on
@@ -507,9 +630,10 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
             ctx.status(case.name());
             let placed = placement.enter()?;
 
-            let (server, name) = cr::IpcOneShotServer::<CourierBoot>::new()?;
-            let courier_peer = placed.spawn("ipc-echo-courier", &[name], &[])?;
-            let (_rx, (cr_tx, cr_rx)) = server.accept_timeout(Duration::from_secs(30))?;
+            let mut couriers = Vec::new();
+            for (_, setting) in RTT_COURIER {
+                couriers.push(courier_echo(&placed, setting)?);
+            }
             let (server, name) = ic::IpcOneShotServer::<IpcChannelBoot>::new()?;
             let ic_peer = placed.spawn("ipc-echo-ipc-channel", &[name], &[])?;
             let (_rx, (ic_tx, ic_rx)) = server.accept()?;
@@ -519,37 +643,65 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
                 false => None,
             };
 
-            let mut subjects: Vec<(&str, Op<'_, Error>)> = vec![
-                (
-                    "courier",
-                    Box::new(|| {
-                        cr_tx.send(&data)?;
-                        black_box(cr_rx.recv()?);
-                        Ok(())
-                    }),
-                ),
-                (
-                    "ipc-channel",
-                    Box::new(|| {
-                        ic_tx.send(&data)?;
-                        black_box(ic_rx.recv()?);
-                        Ok(())
-                    }),
-                ),
-            ];
+            let mut subjects: Vec<(&str, Setting, Op<'_, Error>)> = Vec::new();
+            for ((subject, setting), (_, (tx, rx))) in RTT_COURIER.iter().zip(&couriers) {
+                let data = &data;
+                let op: Op<'_, Error> = Box::new(move || {
+                    tx.send(data)?;
+                    black_box(rx.recv()?);
+                    Ok(())
+                });
+                subjects.push((subject, *setting, op));
+            }
+            subjects.push((
+                "ipc-channel",
+                Setting::Found,
+                Box::new(|| {
+                    ic_tx.send(&data)?;
+                    black_box(ic_rx.recv()?);
+                    Ok(())
+                }),
+            ));
             if let Some((socket, _)) = &floor {
                 let mut round_trip = floor::socket_round_trip(socket, size);
-                subjects.push(("floor", Box::new(move || Ok(round_trip()?))));
+                subjects.push(("floor", Setting::Found, Box::new(move || Ok(round_trip()?))));
             }
-            let (names, mut ops): (Vec<_>, Vec<_>) = subjects.into_iter().unzip();
-            let each = time_each_interleaved(warmup, n, RTT_ROUNDS, &mut ops)?;
+            let settings: Vec<Setting> = subjects.iter().map(|s| s.1).collect();
+            let (names, mut ops): (Vec<_>, Vec<_>) =
+                subjects.into_iter().map(|(n, _, op)| (n, op)).unzip();
+            // The busy-polling child and whether it spins now.
+            let busy = RTT_COURIER
+                .iter()
+                .position(|(_, s)| *s == Setting::BusyPoll)
+                .map(|i| &couriers[i].1);
+            let spinning = Cell::new(false);
+            let spin = |on: bool| -> Result<()> {
+                if let Some((tx, rx)) = busy.filter(|_| spinning.get() != on) {
+                    Setting::Found.apply();
+                    tx.send(&[if on { SPIN } else { PARK }])?;
+                    rx.recv()?;
+                    spinning.set(on);
+                }
+                Ok(())
+            };
+            let each = time_each_turns(warmup, n, RTT_ROUNDS, &mut ops, |i| {
+                spin(settings[i] == Setting::BusyPoll)?;
+                settings[i].apply();
+                Ok(())
+            });
+            let parked = spin(false);
+            Setting::Found.apply();
+            let (each, ()) = (each?, parked?);
             drop(ops);
             for (subject, each) in names.into_iter().zip(&each) {
                 ctx.record_latencies(&case, subject, "rtt", each);
             }
 
-            drop((cr_tx, cr_rx, ic_tx, ic_rx));
-            courier_peer.wait()?;
+            drop((ic_tx, ic_rx));
+            for (peer, ends) in couriers {
+                drop(ends); // the child sees its request channel close and exits
+                peer.wait()?;
+            }
             ic_peer.wait()?;
             if let Some((socket, peer)) = floor {
                 drop(socket); // EOF: the child exits
@@ -559,22 +711,40 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
     }
     ctx.note(format!(
         "rtt: {all} round trips per case (1 MiB: a tenth, 8 MiB: a fortieth), each timed alone, the subjects taking turns in {RTT_ROUNDS} rounds; \
-         the child echoes on a second bytes channel; floor = the same over a bare SOCK_SEQPACKET socketpair; \
+         the child echoes on a second bytes channel; courier-socket = courier with Config.ring off, courier-busypoll = with Config.busy_poll on \
+         (in both processes; the child spins only during its own turns); floor = the same over a bare SOCK_SEQPACKET socketpair; \
          split = one CPU each (a cross-CPU wake-up per hop)"
     ));
     Ok(())
 }
 
-/// Child role: echoes courier bytes messages until the parent hangs up.
+/// Child role: echoes courier bytes messages until the parent hangs up,
+/// under the [`Setting`] its second argument names. A `busypoll` child
+/// starts with busy polling off and turns it on and off at the parent's
+/// 1-byte [`SPIN`] and [`PARK`] messages (echoed like any other).
 pub fn echo_courier(args: &[String]) -> Result<()> {
     child::die_with_parent()?;
     let name = args.first().ok_or("server name")?.clone();
+    let setting = Setting::parse(args.get(1))?;
+    // Before the channels are created; a busy poller spins only on request.
+    match setting {
+        Setting::BusyPoll => Setting::Found.apply(),
+        other => other.apply(),
+    }
     let (req_tx, req_rx) = cr::bytes_channel()?;
     let (rep_tx, rep_rx) = cr::bytes_channel()?;
     cr::IpcSender::<CourierBoot>::connect(name)?.send((req_tx, rep_rx))?;
     loop {
         match req_rx.recv() {
-            Ok(msg) => rep_tx.send_vectored(&[IoSlice::new(&msg)])?,
+            Ok(msg) => {
+                if setting == Setting::BusyPoll && msg.len() == 1 {
+                    match msg[0] {
+                        SPIN => Setting::BusyPoll.apply(),
+                        _ => Setting::Found.apply(),
+                    }
+                }
+                rep_tx.send_vectored(&[IoSlice::new(&msg)])?
+            }
             Err(cr::IpcError::Disconnected) => return Ok(()),
             Err(e) => return Err(e.into()),
         }

@@ -85,6 +85,7 @@ pub mod floor;
 pub mod http;
 pub mod ipc;
 mod ipc_fds;
+mod ipc_oneway;
 mod ipc_router;
 mod ipc_stream;
 pub mod iter;
@@ -144,7 +145,7 @@ pub static SUITES: &[Suite] = &[
     },
     Suite {
         name: "ipc",
-        about: "Send+receive by size (1 B .. 8 MiB, the table of ipc-channel PR #68), receiver sets, shared memory and cross-process round trips, courier against ipc-channel",
+        about: "Send+receive by size (1 B .. 8 MiB, the table of ipc-channel PR #68), receiver sets, shared memory, cross-process round trips and one-way streams, courier (ring and socket paths) against ipc-channel",
         args: no_args,
         run: ipc::run,
     },
@@ -189,6 +190,18 @@ pub static ROLES: &[Role] = &[
     Role {
         name: "ipc-echo-ipc-channel",
         run: ipc::echo_ipc_channel,
+    },
+    Role {
+        name: ipc_oneway::ROLE_COURIER,
+        run: ipc_oneway::stream_courier,
+    },
+    Role {
+        name: ipc_oneway::ROLE_IPC_CHANNEL,
+        run: ipc_oneway::stream_ipc_channel,
+    },
+    Role {
+        name: ipc_oneway::ROLE_FLOOR,
+        run: ipc_oneway::stream_floor,
     },
     Role {
         name: "floor-echo-socket",
