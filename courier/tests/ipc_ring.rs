@@ -12,7 +12,7 @@
 //! module `ring_off` (`Config::ring` false here, `COURIER_IPC_RING=0` in the
 //! children): the same checks, on both paths. The `ring_on` runs also check,
 //! after traffic, that the receiving process holds the ring's memfd
-//! ([`ring_in_use`], asserted once [`EXPECT_RING`] is true), and the
+//! ([`ring_in_use`]), and the
 //! `ring_off` runs that it holds none.
 //!
 //! Child processes are this binary re-executed (`/proc/self/exe`), running
@@ -40,11 +40,6 @@ mod common;
 mod watchdog;
 use common::{fd_check, spawn_child_entry, with_config};
 use watchdog::with_watchdog;
-
-/// Whether the ring is there to be found: `false` until the ring transport
-/// lands, and then `true`, so that the `ring_on` runs fail if their messages
-/// did not go through a ring.
-const EXPECT_RING: bool = false;
 
 const ROLE: &str = "COURIER_RING_ROLE";
 const SERVER: &str = "COURIER_RING_SERVER";
@@ -231,21 +226,15 @@ impl Checker {
 /// named "courier-ring" (its `/proc/self/fd` link reads
 /// `/memfd:courier-ring (deleted)`).
 fn ring_in_use() -> bool {
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .flatten()
-        .any(|entry| {
-            std::fs::read_link(entry.path())
-                .is_ok_and(|link| link.to_string_lossy().contains("memfd:courier-ring"))
-        })
+    common::ring_fds() > 0
 }
 
 /// After traffic from live senders: with the ring on, this process (the
-/// receiver's) holds a ring, once [`EXPECT_RING`]; with it off, none.
+/// receiver's) holds a ring; with it off, none.
 fn check_ring(ring: bool, when: &str) {
     if !ring {
         assert!(!ring_in_use(), "{when}: a ring's memfd with the ring off");
-    } else if EXPECT_RING {
+    } else {
         assert!(ring_in_use(), "{when}: no ring's memfd with the ring on");
     }
 }

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
-use super::route::{OsSender, IOV_MAX};
+use super::route::{Fds, OsSender, IOV_MAX};
 use super::tag::random_tag;
 use super::{wait_readable, RecvError, SendError, Wait};
 use crate::buf::{fill_spare, IoIter, RawIoVec};
@@ -45,6 +45,7 @@ impl OsSender {
         let tag = random_tag();
         let header = Header::new(Body::Fragmented, total, channels.len(), tag).encode();
 
+        let fds = Fds::new(channels, Some(Os::borrow(&carrier_rx)), tag);
         let mut rest = IoIter::slices(parts);
         let mut packet = packet & !7;
         let mut iov = Vec::new();
@@ -55,7 +56,7 @@ impl OsSender {
             let len = next_bytes(&rest, (packet - HEADER_LEN) & !7, &mut iov);
             // The descriptor packet (the carrier, at least) follows.
             let ahead = super::route::ahead(HEADER_LEN + len, channels.len() + 1);
-            let first = || self.try_data(&header, &iov[1..], len, false);
+            let first = || self.try_data(&header, &iov[1..], len, false, &fds);
             match self.first_packet(wait, ahead, first) {
                 Ok(_) => {
                     rest.advance(len);
@@ -65,7 +66,7 @@ impl OsSender {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.send_fds(channels, Some(Os::borrow(&carrier_rx)), tag)?;
+        fds.finish(self)?;
         // The receiver holds its own copy of the carrier now.
         drop(carrier_rx);
         // The rest: on the dedicated socket, blocking until the receiver

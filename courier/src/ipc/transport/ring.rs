@@ -119,7 +119,7 @@ impl std::fmt::Debug for Shared {
 impl Shared {
     /// The `u64` word at `at`, shared with the peer.
     fn u64_at(&self, at: usize) -> &AtomicU64 {
-        debug_assert!(at % 8 == 0 && at + 8 <= self.map.len());
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= self.map.len());
         // SAFETY: the mapping is `LEN` bytes, page-aligned, and lives as
         // long as `self`; `at` is 8-aligned and in bounds (every caller
         // passes a constant below `DATA_AT`, or a record offset checked
@@ -129,7 +129,7 @@ impl Shared {
     }
 
     fn u32_at(&self, at: usize) -> &AtomicU32 {
-        debug_assert!(at % 4 == 0 && at + 4 <= DATA_AT);
+        debug_assert!(at.is_multiple_of(4) && at + 4 <= DATA_AT);
         // SAFETY: as `u64_at`, for a 4-aligned word below `DATA_AT`.
         unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
     }
@@ -164,7 +164,7 @@ impl Shared {
 
 /// Whether `head` may follow `tail`: at most a full area ahead, aligned.
 fn sane(tail: u64, head: u64) -> bool {
-    head >= tail && head - tail <= DATA_LEN as u64 && (head | tail) % 8 == 0
+    head >= tail && head - tail <= DATA_LEN as u64 && (head | tail).is_multiple_of(8)
 }
 
 // ===== Writer =====
@@ -251,7 +251,7 @@ impl Writer {
         }
         let mut at = offset;
         if pad > 0 {
-            let word = PAD << 32 | (pad - 8) as u64;
+            let word = (PAD << 32) | (pad - 8) as u64;
             self.shared
                 .u64_at(DATA_AT + at)
                 .store(word, Ordering::Relaxed);
@@ -277,7 +277,7 @@ impl Writer {
         let kind = if header.is_some() { PACKET } else { PLAIN };
         self.shared
             .u64_at(DATA_AT + at)
-            .store(kind << 32 | len as u64, Ordering::Relaxed);
+            .store((kind << 32) | len as u64, Ordering::Relaxed);
         self.head += (pad + need) as u64;
         // SYNC POINT: the reader's `Acquire` load of `head` (the record is
         // written); `SeqCst` with the load of `parked` below, against the
@@ -345,7 +345,7 @@ impl Reader {
         }
         // A ring that moved with its receiver goes on where it was read to.
         let tail = shared.tail().load(Ordering::Acquire);
-        if tail % 8 != 0 {
+        if !tail.is_multiple_of(8) {
             return Err(WireError::BadRing("index out of bounds"));
         }
         Ok(Reader {
@@ -498,12 +498,6 @@ impl Reader {
     pub(crate) fn moved(&mut self) {
         self.moved = true;
     }
-
-    /// The ring's raw words, for tests that play a hostile writer.
-    #[cfg(test)]
-    pub(crate) fn raw(&self) -> (*mut u8, usize) {
-        (self.shared.map.as_ptr(), LEN)
-    }
 }
 
 impl Drop for Reader {
@@ -650,7 +644,7 @@ mod tests {
                     };
                     let value = match x % 5 {
                         0 => x >> 3 << 3,
-                        1 => (x % 64) << 32 | (x >> 40) % 9000,
+                        1 => ((x % 64) << 32) | ((x >> 40) % 9000),
                         _ => x.rotate_left(17),
                     };
                     // SAFETY: `at` is an 8-aligned offset inside the

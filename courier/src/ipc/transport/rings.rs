@@ -15,8 +15,12 @@ use crate::ipc::wire::FdPacket;
 /// Rings one receiver maps at most (each holds a descriptor and 68 KiB of
 /// address space); a sender's ring past this is refused (`BadRing`).
 pub(crate) const MAX_RINGS: usize = 1024;
-/// Descriptor packets kept for records not yet read.
-const MAX_ORPHANS: usize = 16;
+/// Descriptor packets kept for records not yet read. A writer sends a
+/// record's descriptor packets before its next record, so a reader that
+/// reads the rings before the socket meets few: those of a record written
+/// after it looked, one message a ring (up to 17 packets, for 4,096
+/// descriptors).
+const MAX_ORPHANS: usize = 64;
 /// The shortest and longest spin before a receiver parks. The longest is a
 /// few cross-CPU wake-ups: past it, parking costs less than the spin.
 const SPIN_MIN: Duration = Duration::from_micros(2);

@@ -336,6 +336,7 @@ impl OsSender {
         parts: &[IoSlice<'_>],
         total: usize,
         plain: bool,
+        fds: &Fds<'_>,
     ) -> Result<usize, Errno> {
         if self.inner.ring_state.load(Ordering::Relaxed) == RING_OFF {
             return self.try_socket(header, parts, total);
@@ -353,6 +354,13 @@ impl OsSender {
             true => writer.push(None, parts, total),
             false => writer.push(Some(header), parts, total),
         };
+        if pushed.is_ok() {
+            // Under the lock: a ring's descriptor packets follow its
+            // records' order, so the receiver, which holds a ring behind a
+            // record waiting for its descriptors, finds the descriptors of
+            // the records behind it behind them on the socket.
+            fds.send_now(self);
+        }
         if pushed == Err(Push::Gone) {
             // The receiver that took the ring is gone, but the socket is
             // not (another end, rebuilt from a duplicate of its descriptor,
@@ -537,9 +545,12 @@ impl OsSender {
         let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
         let ahead = ahead(HEADER_LEN + total, channels.len());
         let plain = channels.is_empty();
-        let sent = self.first_packet(wait, ahead, || self.try_data(&header, parts, total, plain));
+        let fds = Fds::new(channels, None, tag);
+        let sent = self.first_packet(wait, ahead, || {
+            self.try_data(&header, parts, total, plain, &fds)
+        });
         match sent {
-            Ok(_) => self.send_fds(channels, None, tag).map_err(Inline::Fds),
+            Ok(_) => fds.finish(self).map_err(Inline::Fds),
             Err(Errno::NOBUFS | Errno::MSGSIZE) => Err(Inline::DataNoBufs),
             Err(e) => Err(Inline::Data(e)),
         }
@@ -643,7 +654,9 @@ impl OsSender {
                 let header = Header::new(Body::Kept, total, 0, token)
                     .in_region(skew, streamed)
                     .encode();
-                let sent = self.first_packet(wait, 0, || self.try_data(&header, &[], 0, false));
+                let none = Fds::new(&[], None, 0);
+                let sent =
+                    self.first_packet(wait, 0, || self.try_data(&header, &[], 0, false, &none));
                 if sent.is_err() {
                     region.unclaim();
                 }
@@ -661,8 +674,9 @@ impl OsSender {
                     .in_region(skew, streamed)
                     .encode();
                 let ahead = ahead(HEADER_LEN, channels.len() + 1);
-                self.first_packet(wait, ahead, || self.try_data(&header, &[], 0, false))
-                    .and_then(|_| self.send_fds(channels, Some(region.fd()), tag))
+                let fds = Fds::new(channels, Some(region.fd()), tag);
+                self.first_packet(wait, ahead, || self.try_data(&header, &[], 0, false, &fds))
+                    .and_then(|_| fds.finish(self))
             }
         };
         match &sent {
@@ -682,5 +696,46 @@ impl OsSender {
         }
         pool.put(region);
         Some(sent.map_err(SendError::from))
+    }
+}
+
+/// The descriptors of a message being sent, tagged `tag`: through the ring,
+/// sent right after the record, under the ring's lock; else after the data
+/// packet, by [`Fds::finish`].
+pub(super) struct Fds<'a> {
+    channels: &'a [BorrowedFd<'a>],
+    carrier: Option<BorrowedFd<'a>>,
+    tag: u64,
+    /// What sending them under the ring's lock came to, if it did.
+    sent: std::cell::Cell<Option<Result<(), Errno>>>,
+}
+
+impl<'a> Fds<'a> {
+    pub(super) fn new(
+        channels: &'a [BorrowedFd<'a>],
+        carrier: Option<BorrowedFd<'a>>,
+        tag: u64,
+    ) -> Self {
+        Fds {
+            channels,
+            carrier,
+            tag,
+            sent: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Sends them now (the record is written).
+    fn send_now(&self, sender: &OsSender) {
+        let sent = sender.send_fds(self.channels, self.carrier, self.tag);
+        self.sent.set(Some(sent));
+    }
+
+    /// Sends them if the data packet went without them (by socket): the
+    /// outcome, either way.
+    pub(super) fn finish(&self, sender: &OsSender) -> Result<(), Errno> {
+        match self.sent.take() {
+            Some(sent) => sent,
+            None => sender.send_fds(self.channels, self.carrier, self.tag),
+        }
     }
 }
