@@ -256,6 +256,9 @@ pub(crate) trait Memory: Transport {
     fn futex_wake(word: &AtomicU32, n: u32);
     /// Whether this thread may run on more than one CPU.
     fn smp() -> bool;
+    /// The CPU this thread runs on now, if the platform says (a hint: it
+    /// may have moved by the time the caller looks).
+    fn current_cpu() -> Option<u32>;
 }
 
 /// What a process needs of its OS besides channels and regions.

@@ -525,4 +525,8 @@ impl Memory for Twin {
     fn smp() -> bool {
         std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
     }
+
+    fn current_cpu() -> Option<u32> {
+        None
+    }
 }

@@ -339,6 +339,15 @@ impl OsReceiver {
                         from_ring = Some(ring);
                         Ok(read)
                     }
+                    Ok(None) if rings && matches!(wait, Wait::Block) && !fiber => {
+                        // Dry: spin, then park and sleep in the socket's
+                        // read itself (a wake-up, or any packet, ends it).
+                        match self.before_read(&mut state) {
+                            Some(true) => continue,
+                            Some(false) => self.read(&state, dst, split.as_mut(), limit, dontwait),
+                            None => self.read(&state, dst, split.as_mut(), limit, false),
+                        }
+                    }
                     Ok(None) => self.read(&state, dst, split.as_mut(), limit, dontwait),
                     Err(e) => Err(e),
                 },
@@ -666,6 +675,29 @@ impl OsReceiver {
             };
             (Read::Data(header, false), ring)
         }))
+    }
+
+    /// Before a blocking receive reads its socket, the rings being dry:
+    /// spins on them, then arms their doorbells. `Some(true)`: a record
+    /// came; `Some(false)`: read the socket without waiting (busy-polling,
+    /// or a message waits for descriptors, whose expiry needs a deadline);
+    /// `None`: armed, block in the read.
+    #[cold]
+    fn before_read(&self, state: &mut RecvState) -> Option<bool> {
+        let busy = Config::busy_poll_now();
+        let RecvState { rings, waiting, .. } = state;
+        let blocked = |id| waiting.iter().any(|m| m.ring == Some(id));
+        let far = Instant::now() + DESCRIPTOR_WAIT;
+        if rings.spin(blocked, far, busy) {
+            return Some(true);
+        }
+        if busy || !waiting.is_empty() {
+            return Some(false);
+        }
+        match rings.park(blocked) {
+            true => Some(true),
+            false => None,
+        }
     }
 
     /// Before a wait on the socket until `deadline`: spins on the rings,

@@ -168,12 +168,13 @@ impl Rings {
         }
         let budget = match busy {
             true => BUSY_SLICE,
-            false if !Os::smp() || !crate::chan::context::current_may_spin() => return false,
+            false if !self.worth_spinning(&blocked) => return false,
             false => self.spin.saturating_sub(start - since),
         };
         let until = deadline.min(start + budget);
-        // Busy on one CPU: the writer runs only when we give way.
-        let give_way = busy && !Os::smp();
+        // Busy on the writers' CPU: they run only when we give way.
+        let cpu = Os::current_cpu();
+        let give_way = busy && self.list.iter().all(|r| r.reader.writer_here(cpu));
         loop {
             for _ in 0..32 {
                 if self.ready(&blocked) {
@@ -192,6 +193,18 @@ impl Rings {
                 return false;
             }
         }
+    }
+
+    /// Whether a writer may write while we spin: one of them last ran on
+    /// another CPU, and we are not a fiber whose worker has other fibers
+    /// to run.
+    fn worth_spinning(&self, blocked: impl Fn(u32) -> bool) -> bool {
+        let cpu = Os::current_cpu();
+        crate::chan::context::current_may_spin()
+            && self
+                .list
+                .iter()
+                .any(|r| !blocked(r.id) && !r.reader.writer_here(cpu))
     }
 
     /// A record came: spin next time about twice as long as it took, if it

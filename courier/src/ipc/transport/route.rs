@@ -347,7 +347,7 @@ impl OsSender {
             return self.try_socket(header, parts, total);
         };
         *sends = sends.wrapping_add(1);
-        if *sends % RING_CHECK_EVERY == 0 && Os::hung_up(self.fd()) {
+        if sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd()) {
             return Err(Errno::PIPE);
         }
         let pushed = match plain {

@@ -213,6 +213,12 @@ impl Memory for Linux {
     fn smp() -> bool {
         futex::smp()
     }
+
+    #[inline]
+    fn current_cpu() -> Option<u32> {
+        // (`getcpu` through the vDSO: no system call.)
+        Some(rustix::thread::sched_getcpu() as u32)
+    }
 }
 
 impl Process for Linux {
