@@ -392,6 +392,10 @@ impl OsReceiver {
                 }
                 Err(RecvError::Wire(WireError::TooLarge { claimed, limit }, Some(header))) => {
                     state.refuse(header);
+                    // A ring's record: its descriptors may be here already.
+                    for o in state.rings.orphans_of(header.tag) {
+                        let _ = state.attach(o.packet, o.fds, o.truncated);
+                    }
                     match header.body {
                         Body::Fragmented | Body::SharedMemory => {
                             self.drop_refused(&mut state, header.tag, limit)
