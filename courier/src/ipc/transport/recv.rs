@@ -690,15 +690,19 @@ impl OsReceiver {
     fn before_read(&self, state: &mut RecvState) -> Option<bool> {
         let busy = Config::busy_poll_now();
         let RecvState { rings, waiting, .. } = state;
-        let blocked = |id| waiting.iter().any(|m| m.ring == Some(id));
-        let far = Instant::now() + DESCRIPTOR_WAIT;
-        if rings.spin(blocked, far, busy) {
-            return Some(true);
-        }
-        if busy || !waiting.is_empty() {
+        if !waiting.is_empty() {
+            // Its descriptors are on the socket already (sent before any
+            // later record was written).
             return Some(false);
         }
-        match rings.park(blocked) {
+        let far = Instant::now() + DESCRIPTOR_WAIT;
+        if rings.spin(|_| false, far, busy) {
+            return Some(true);
+        }
+        if busy {
+            return Some(false);
+        }
+        match rings.park(|_| false) {
             true => Some(true),
             false => None,
         }
