@@ -209,6 +209,7 @@ impl RouterProxy {
     pub fn try_new() -> io::Result<RouterProxy> {
         let (control, orders) = chan::unbounded();
         let (wakeup, wakeup_rx) = ipc::channel()?;
+        let wakeup = wakeup.without_ring();
         let mut set = IpcReceiverSet::new()?;
         let wakeup_id = set.add(wakeup_rx)?;
         let woken = Arc::new(AtomicBool::new(false));

@@ -719,9 +719,9 @@ fn round_trips(ctx: &mut Ctx<'_>) -> Result<()> {
 }
 
 /// Child role: echoes courier bytes messages until the parent hangs up,
-/// under the [`Setting`] its second argument names. A `busypoll` child
+/// under the `Setting` its second argument names. A `busypoll` child
 /// starts with busy polling off and turns it on and off at the parent's
-/// 1-byte [`SPIN`] and [`PARK`] messages (echoed like any other).
+/// 1-byte `SPIN` and `PARK` messages (echoed like any other).
 pub fn echo_courier(args: &[String]) -> Result<()> {
     child::die_with_parent()?;
     let name = args.first().ok_or("server name")?.clone();

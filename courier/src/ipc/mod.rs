@@ -235,6 +235,16 @@ pub struct IpcSender<T> {
     _type: PhantomData<fn(T)>,
 }
 
+impl<T> IpcSender<T> {
+    /// This sender never sets up a shared-memory ring: for a channel that
+    /// carries rare wake-ups within one process (the router's), where a
+    /// ring would only hold a descriptor and 68 KiB for nothing.
+    pub(crate) fn without_ring(self) -> Self {
+        self.os.without_ring();
+        self
+    }
+}
+
 impl<T> IpcSender<T>
 where
     T: Serialize,

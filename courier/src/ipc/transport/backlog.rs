@@ -109,8 +109,8 @@ impl OsReceiver {
         // Each ring goes as the message that announced it, after the
         // messages ready: the new owner takes it on, from where this one
         // read it to (the position is in the ring).
-        let rings = state.rings.take_fds().into_iter().map(|fd| {
-            let header = Header::new(Body::Ring, 0, 0, 0);
+        let rings = state.rings.take_fds().into_iter().map(|(fd, tag)| {
+            let header = Header::new(Body::Ring, 0, 0, tag);
             Parked::new(header, Vec::new(), vec![fd])
         });
         let rings: Vec<Parked> = rings.collect();

@@ -310,7 +310,7 @@ impl OsReceiver {
                     // A sender's ring: its data packets come through it now.
                     let fd = ready.fds.into_iter().next_back();
                     let fd = fd.ok_or(WireError::BadHeader("carrier missing"))?;
-                    state.rings.install(fd)?;
+                    state.rings.install(fd, ready.header.tag)?;
                     continue;
                 }
                 *dst = ready.data;
@@ -354,7 +354,11 @@ impl OsReceiver {
             };
             let read = match read {
                 // A ring's last records, written before its sender went.
-                Err(RecvError::Disconnected) if state.rings.ready(|_| false) => continue,
+                Err(RecvError::Disconnected)
+                    if state.rings.unfence() || state.rings.ready(|_| false) =>
+                {
+                    continue
+                }
                 Err(RecvError::Disconnected) if !state.waiting.is_empty() => {
                     // The stream ended before the announced descriptors.
                     state.waiting.clear();
@@ -409,7 +413,11 @@ impl OsReceiver {
                 other => other?,
             };
             match read {
-                Read::Data(header, _) if header.body == Body::Wake => {}
+                Read::Data(header, _) if header.body == Body::Wake => {
+                    if header.tag != 0 {
+                        state.rings.mark(header.tag);
+                    }
+                }
                 Read::Data(header, split_off) if header.nfds == 0 => {
                     // The steady state: no descriptors, so the payload is inline
                     // or in a region we hold (`Header::decode` wants a carrier
@@ -676,6 +684,9 @@ impl OsReceiver {
             let header = match record {
                 Record::Plain => Header::new(Body::Inline, dst.len(), 0, 0),
                 Record::Packet(header) => header,
+                // (`Rings::next` keeps a switch to itself; were one to come
+                // out, it would be passed over as a wake-up is.)
+                Record::Switch => Header::new(Body::Wake, 0, 0, 0),
             };
             (Read::Data(header, false), ring)
         }))

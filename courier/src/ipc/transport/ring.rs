@@ -97,6 +97,11 @@ const TAIL_AT: usize = 128;
 const PARKED_AT: usize = 192;
 const CLOSED_AT: usize = 196;
 const READER_GONE_AT: usize = 200;
+/// The reader's answer to the announcement: [`ACCEPTED`] or [`REFUSED`]
+/// (0 until it reads it).
+const ANSWER_AT: usize = 204;
+const ACCEPTED: u32 = 1;
+const REFUSED: u32 = 2;
 const DATA_AT: usize = 4096;
 
 /// The payload of a message without descriptors.
@@ -105,6 +110,9 @@ const PLAIN: u64 = 1;
 const PACKET: u64 = 2;
 /// Filler to the end of the area.
 const PAD: u64 = 3;
+/// The writer's first record: its messages came by socket until here (see
+/// `Writer::accepted`).
+const SWITCH: u64 = 4;
 
 /// A ring's mapping, and its shared words.
 struct Shared {
@@ -161,6 +169,10 @@ impl Shared {
         self.u32_at(READER_GONE_AT)
     }
 
+    fn answer(&self) -> &AtomicU32 {
+        self.u32_at(ANSWER_AT)
+    }
+
     /// The record area's byte `offset` (`offset < DATA_LEN`).
     fn data(&self, offset: usize) -> *mut u8 {
         debug_assert!(offset < DATA_LEN);
@@ -201,6 +213,20 @@ pub(crate) struct Writer {
     tail: u64,
     /// Records written: every [`CPU_EVERY`]th says where the writer runs.
     written: u32,
+    /// Whether the reader took the ring on (see [`Writer::answer`]).
+    accepted: bool,
+}
+
+/// What the reader said of a ring, so far.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Nothing yet: keep to the socket.
+    Pending,
+    /// Taken on: the [`SWITCH`] record is written; records from the
+    /// socket's mark of the switch on (the caller sends it).
+    Accepted,
+    /// Refused (it has too many): the socket, for good.
+    Refused,
 }
 
 /// How often a writer tells its reader which CPU it runs on (a process
@@ -224,14 +250,53 @@ impl Writer {
             head: 0,
             tail: 0,
             written: 0,
+            accepted: false,
         };
         Ok((writer, fd))
+    }
+
+    /// Whether the reader took the ring on. Until it has, the writer sends
+    /// through its socket, so that a ring the reader cannot take (too many,
+    /// or one it cannot map) loses nothing. Once it has, the first record
+    /// is a [`SWITCH`], and the caller marks the switch on the socket: the
+    /// reader reads its socket up to the mark before the ring's next
+    /// records, and so gets the messages sent before the switch first.
+    pub(crate) fn answer(&mut self) -> Answer {
+        if self.accepted {
+            return Answer::Accepted;
+        }
+        // SYNC POINT: the reader's `Release` store of its answer.
+        match self.shared.answer().load(Ordering::Acquire) {
+            ACCEPTED => {}
+            0 => return Answer::Pending,
+            _ => return Answer::Refused,
+        }
+        match self.record(SWITCH, None, &[], 0) {
+            Ok(_) => {
+                self.accepted = true;
+                Answer::Accepted
+            }
+            // (A ring with no room before its first record is a reader's
+            // forgery: the socket it is.)
+            Err(_) => Answer::Refused,
+        }
     }
 
     /// Writes one record: `header` (if any) then `parts`, `total` bytes of
     /// them. `Ok(true)` if the receiver was parked: the caller rings it.
     pub(crate) fn push(
         &mut self,
+        header: Option<&[u8; HEADER_LEN]>,
+        parts: &[IoSlice<'_>],
+        total: usize,
+    ) -> Result<bool, Push> {
+        let kind = if header.is_some() { PACKET } else { PLAIN };
+        self.record(kind, header, parts, total)
+    }
+
+    fn record(
+        &mut self,
+        kind: u64,
         header: Option<&[u8; HEADER_LEN]>,
         parts: &[IoSlice<'_>],
         total: usize,
@@ -293,7 +358,6 @@ impl Writer {
             self.shared.writer_cpu().store(cpu, Ordering::Relaxed);
         }
         self.written = self.written.wrapping_add(1);
-        let kind = if header.is_some() { PACKET } else { PLAIN };
         self.shared
             .u64_at(DATA_AT + at)
             .store((kind << 32) | len as u64, Ordering::Relaxed);
@@ -327,6 +391,9 @@ pub(crate) enum Record {
     /// A data packet, checked against the limit; its inline payload is in
     /// the destination.
     Packet(Header),
+    /// The writer's messages came by socket until here: read the socket
+    /// up to the mark of the switch before this ring's next records.
+    Switch,
 }
 
 /// The receiving end of a ring.
@@ -488,6 +555,10 @@ impl Reader {
                     skip(self);
                     return Ok(Some(Record::Packet(header)));
                 }
+                SWITCH if len == 0 => {
+                    skip(self);
+                    return Ok(Some(Record::Switch));
+                }
                 _ => return Err(WireError::BadRing("unknown record").into()),
             }
         }
@@ -525,6 +596,13 @@ impl Reader {
         if parked.load(Ordering::Relaxed) != 0 {
             parked.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Tells the writer the ring is taken on (`true`) or refused.
+    pub(crate) fn answer(&self, accept: bool) {
+        let answer = if accept { ACCEPTED } else { REFUSED };
+        // SYNC POINT: the writer's `Acquire` load in `Writer::answer`.
+        self.shared.answer().store(answer, Ordering::Release);
     }
 
     /// This copy of the ring goes away because its receiver moves to
@@ -585,7 +663,7 @@ mod tests {
                     assert!(packet);
                     assert_eq!((h.tag, h.nfds), (round as u64, 1));
                 }
-                None => panic!("record {round} missing"),
+                other => panic!("record {round}: {other:?}"),
             }
             assert_eq!(dst, payload, "record {round}");
         }
@@ -627,6 +705,33 @@ mod tests {
         assert!(!reader.finished());
         drop(reader);
         assert_eq!(writer.push(None, &parts, 5), Err(Push::Gone));
+    }
+
+    /// A writer keeps to its socket until the reader answers; once it
+    /// accepts, a switch record comes first; a refusal is final.
+    #[test]
+    fn a_ring_is_used_once_its_reader_takes_it_on() {
+        let (mut writer, mut reader, _fd) = pair();
+        let mut dst = Vec::new();
+        assert_eq!(writer.answer(), Answer::Pending);
+        reader.answer(true);
+        assert_eq!(writer.answer(), Answer::Accepted);
+        assert_eq!(writer.answer(), Answer::Accepted, "one switch");
+        writer.push(None, &[IoSlice::new(b"after")], 5).unwrap();
+        assert!(matches!(
+            reader.next(&mut dst, 100),
+            Ok(Some(Record::Switch))
+        ));
+        assert!(matches!(
+            reader.next(&mut dst, 100),
+            Ok(Some(Record::Plain))
+        ));
+        assert_eq!(dst, b"after");
+        assert!(reader.next(&mut dst, 100).unwrap().is_none());
+
+        let (mut writer, reader, _fd) = pair();
+        reader.answer(false);
+        assert_eq!(writer.answer(), Answer::Refused);
     }
 
     /// A record over the receiver's limit is skipped and refused; the next

@@ -54,6 +54,14 @@ struct RingIn {
     fd: OwnedFd,
     /// Names the ring for the messages of it that wait for descriptors.
     id: u32,
+    /// The tag of the message that announced it, which marks its writer's
+    /// switch from the socket on the socket.
+    tag: u64,
+    /// Its writer switched from the socket to the ring: the ring's records
+    /// wait for the socket's mark of the switch (see `Writer::answer`).
+    fenced: bool,
+    /// The mark came first.
+    marked: bool,
 }
 
 #[derive(Debug)]
@@ -70,14 +78,25 @@ impl Rings {
     }
 
     /// Maps the ring `fd` a sender announced.
-    pub(super) fn install(&mut self, fd: OwnedFd) -> Result<(), WireError> {
+    pub(super) fn install(&mut self, fd: OwnedFd, tag: u64) -> Result<(), WireError> {
+        let mut reader = Reader::open(Os::borrow(&fd))?;
         if self.list.len() >= MAX_RINGS {
+            // Its writer goes on through the socket: nothing is lost.
+            reader.answer(false);
+            reader.moved();
             return Err(WireError::BadRing("too many rings"));
         }
-        let reader = Reader::open(Os::borrow(&fd))?;
+        reader.answer(true);
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.list.push(RingIn { reader, fd, id });
+        self.list.push(RingIn {
+            reader,
+            fd,
+            id,
+            tag,
+            fenced: false,
+            marked: false,
+        });
         Ok(())
     }
 
@@ -96,10 +115,13 @@ impl Rings {
             let at = (self.turn + i) % self.list.len();
             let ring = &mut self.list[at];
             i += 1;
-            if blocked(ring.id) {
+            if ring.fenced || blocked(ring.id) {
                 continue;
             }
             match ring.reader.next(dst, limit) {
+                Ok(Some(Record::Switch)) => {
+                    ring.fenced = !ring.marked;
+                }
                 Ok(Some(record)) => {
                     let id = ring.id;
                     self.turn = at + 1;
@@ -122,7 +144,26 @@ impl Rings {
 
     /// Whether a ring that `blocked` does not hold back may have a record.
     pub(super) fn ready(&self, blocked: impl Fn(u32) -> bool) -> bool {
-        self.list.iter().any(|r| !blocked(r.id) && r.reader.ready())
+        (self.list.iter()).any(|r| !r.fenced && !blocked(r.id) && r.reader.ready())
+    }
+
+    /// The socket's mark of a writer's switch to its ring, `tag`: the
+    /// ring's records may be read (now, or when the switch is read).
+    pub(super) fn mark(&mut self, tag: u64) {
+        if let Some(ring) = self.list.iter_mut().find(|r| r.tag == tag) {
+            ring.marked = !ring.fenced;
+            ring.fenced = false;
+        }
+    }
+
+    /// The socket ended: no mark will come. `true` if a ring waited for
+    /// one.
+    pub(super) fn unfence(&mut self) -> bool {
+        let mut any = false;
+        for ring in &mut self.list {
+            any |= std::mem::take(&mut ring.fenced);
+        }
+        any
     }
 
     /// Arms every ring's doorbell before the receiver waits on its socket;
@@ -130,7 +171,7 @@ impl Rings {
     pub(super) fn park(&self, blocked: impl Fn(u32) -> bool) -> bool {
         let mut any = false;
         for ring in &self.list {
-            any |= ring.reader.park() && !blocked(ring.id);
+            any |= ring.reader.park() && !ring.fenced && !blocked(ring.id);
         }
         if any {
             self.unpark();
@@ -261,14 +302,14 @@ impl Rings {
             .then_some(WireError::BadHeader("descriptor packet for no message"))
     }
 
-    /// The rings' memfds and where each was read to, for a receiver that
-    /// moves to another process (the position is in the ring itself).
-    pub(super) fn take_fds(&mut self) -> Vec<OwnedFd> {
+    /// The rings' memfds and tags, for a receiver that moves to another
+    /// process (where each was read to is in the ring itself).
+    pub(super) fn take_fds(&mut self) -> Vec<(OwnedFd, u64)> {
         self.orphans.clear();
         let mut fds = Vec::with_capacity(self.list.len());
         for mut ring in self.list.drain(..) {
             ring.reader.moved();
-            fds.push(ring.fd);
+            fds.push((ring.fd, ring.tag));
         }
         fds
     }

@@ -47,13 +47,13 @@
 //! too, for such a send: it does not fall back to fragments.
 
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use super::ring::{Push, Writer, PAYLOAD_MAX, RECORD_MAX};
+use super::ring::{Answer, Push, Writer, PAYLOAD_MAX, RECORD_MAX};
 use super::tag::random_tag;
 use super::{SendError, Wait};
 use crate::buf::IoIter;
@@ -136,6 +136,9 @@ pub(super) struct SenderInner {
     pub(super) pool: Pool,
     /// `RING_OFF`, `RING_PENDING` or `RING_ON`.
     ring_state: AtomicU8,
+    /// Whether the receiver took the ring on: data packets go through it,
+    /// and a full ring (not the socket) is what a send waits for.
+    ring_live: AtomicBool,
     /// The ring, once set up. Every data packet is sent under this lock
     /// until the ring exists and then through it, so that no message of a
     /// thread that saw no ring yet can overtake, on the socket, one it sent
@@ -147,6 +150,10 @@ pub(super) struct SenderInner {
 struct RingSend {
     writer: Option<Writer>,
     sends: u32,
+    /// The tag of the ring's announcement, which marks the switch to it.
+    tag: u64,
+    /// Whether the mark of the switch went: records wait for it.
+    marked: bool,
 }
 
 /// A sender with a ring looks at its socket every this many records: a
@@ -165,12 +172,24 @@ impl OsSender {
                     false => RING_OFF,
                 }),
                 ring: Mutex::default(),
+                ring_live: AtomicBool::new(false),
             }),
         }
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         Os::borrow(&self.inner.fd)
+    }
+
+    /// Turns the ring off for this sender and its clones, if it has none
+    /// yet (see [`IpcSender::without_ring`](crate::ipc::IpcSender)).
+    pub(crate) fn without_ring(&self) {
+        let _ = self.inner.ring_state.compare_exchange(
+            RING_PENDING,
+            RING_OFF,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Sends `parts` (gathered, in order) with `channels` attached, waiting
@@ -314,6 +333,7 @@ impl OsSender {
             return off();
         }
         ring.writer = Some(writer);
+        ring.tag = tag;
         self.inner.ring_state.store(RING_ON, Ordering::Release);
         true
     }
@@ -342,10 +362,37 @@ impl OsSender {
             return self.try_socket(header, parts, total);
         }
         let mut ring = self.lock_ring();
-        let RingSend { writer, sends } = &mut *ring;
-        let Some(writer) = writer.as_mut() else {
+        let RingSend {
+            writer: slot,
+            sends,
+            tag,
+            marked,
+        } = &mut *ring;
+        let Some(writer) = slot.as_mut() else {
             return self.try_socket(header, parts, total);
         };
+        match writer.answer() {
+            Answer::Accepted if *marked => {}
+            Answer::Accepted => {
+                // The mark of the switch, after every message this ring's
+                // sender sent by socket: the receiver reads the ring's
+                // records once it has read up to it. Until it goes (a full
+                // socket), messages keep to the socket.
+                let mark = Header::new(Body::Wake, 0, 0, *tag).encode();
+                if Os::try_send_small(self.fd(), &mark, &[], 0).is_err() {
+                    return self.try_socket(header, parts, total);
+                }
+                *marked = true;
+                self.inner.ring_live.store(true, Ordering::Relaxed);
+            }
+            // (Under the lock all the same: see `ring`.)
+            Answer::Pending => return self.try_socket(header, parts, total),
+            Answer::Refused => {
+                *slot = None;
+                self.inner.ring_state.store(RING_OFF, Ordering::Relaxed);
+                return self.try_socket(header, parts, total);
+            }
+        }
         *sends = sends.wrapping_add(1);
         if sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd()) {
             return Err(Errno::PIPE);
@@ -367,6 +414,7 @@ impl OsSender {
             // reads it): the socket it is, from now on.
             ring.writer = None;
             self.inner.ring_state.store(RING_OFF, Ordering::Relaxed);
+            self.inner.ring_live.store(false, Ordering::Relaxed);
             return self.try_socket(header, parts, total);
         }
         drop(ring);
@@ -503,10 +551,8 @@ impl OsSender {
                     sent => return sent,
                 }
             }
-            if room
-                && self.inner.ring_state.load(Ordering::Relaxed) == RING_ON
-                && Os::hung_up(self.fd())
-            {
+            let ring_live = self.inner.ring_live.load(Ordering::Relaxed);
+            if room && ring_live && Os::hung_up(self.fd()) {
                 // A full ring whose receiver is gone (it may never have
                 // taken the ring, so only the socket can tell).
                 return Err(Errno::PIPE);
@@ -516,7 +562,7 @@ impl OsSender {
                 Wait::Poll => return Err(Errno::AGAIN),
                 Wait::Until(deadline) => Some(deadline),
             };
-            if room && self.inner.ring_state.load(Ordering::Relaxed) == RING_ON {
+            if room && ring_live {
                 // The ring is full (the socket's room is no measure of it).
                 self.wait_ring_room(deadline, &mut nap)?;
                 continue;
