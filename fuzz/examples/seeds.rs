@@ -170,6 +170,8 @@ fn main() {
     });
     scripts.push(("backlog", "moved-with-backlog", s));
 
+    scripts.push(("region", "ring-records", ring_script()));
+
     let mut headers = Vec::new();
     let mut fd_packets = Vec::new();
     for (target, name, script) in &scripts {
@@ -219,4 +221,49 @@ fn main() {
     let mut seed = vec![0, 0, 0, 0, 1];
     seed.extend_from_slice(&payload);
     write(&root, "split_decode", "nested", &seed);
+}
+
+/// A sender's shared-memory ring, announced and holding records (plain
+/// payloads of several lengths), written by hand in the layout of
+/// `courier::ipc`'s `transport::ring`: the fuzzer mutates a ring that a
+/// receiver maps and reads through its real receive path. (A script's
+/// operation writes at most 64 KiB, so the end of the record area, and a
+/// wrap, are the fuzzer's to reach through the indices.)
+fn ring_script() -> Vec<u8> {
+    const DATA_AT: usize = 4096;
+    const DATA_LEN: usize = 64 << 10;
+    const PLAIN: u64 = 1;
+    let mut area = vec![0u8; DATA_AT];
+    area[..8].copy_from_slice(b"cring\0\0\x01");
+    area[8..16].copy_from_slice(&(DATA_LEN as u64).to_le_bytes());
+    for len in [0, 5, 64, 300] {
+        let word = (PLAIN << 32) | len as u64;
+        area.extend_from_slice(&word.to_le_bytes());
+        area.extend_from_slice(&vec![0x5A; len]);
+        area.resize(area.len().next_multiple_of(8), 0);
+    }
+    let head = (area.len() - DATA_AT) as u64;
+    area[64..72].copy_from_slice(&head.to_le_bytes());
+
+    let mut script = Script::new(0);
+    let mut op = ((DATA_AT + DATA_LEN) as u32).to_le_bytes().to_vec();
+    op.extend_from_slice(&area);
+    script.op(2, &op);
+    // The announcement: body 4 (a ring), one descriptor, the carrier.
+    let tag = 0x5eed_u64;
+    let mut header = vec![0u8; 40];
+    header[..4].copy_from_slice(&0xC0C0_5201u32.to_le_bytes());
+    header[4] = 4;
+    header[5] = 1;
+    header[16] = 3;
+    header[32..40].copy_from_slice(&tag.to_le_bytes());
+    script.op(0, &header);
+    // Its descriptor packet, attaching region 0.
+    let mut packet = vec![0u8; 16];
+    packet[..4].copy_from_slice(&0xC0C0_5202u32.to_le_bytes());
+    packet[4..6].copy_from_slice(&1u16.to_le_bytes());
+    packet[8..16].copy_from_slice(&tag.to_le_bytes());
+    packet.push(2);
+    script.op(1, &packet);
+    script.into_bytes()
 }
