@@ -35,12 +35,17 @@
 //! [`bytes_channel`], with [`IpcBytesSender::send_vectored`] to send a header
 //! and a body without concatenating them.
 //!
-//! A message is one send and one receive system call when it fits one packet
-//! (about 208 KiB with Linux defaults) and carries no channels; channels add a
+//! From a sender's second message on, a message of up to
+//! [`RING_RECORD_MAX`] bytes goes through a shared-memory ring that sender
+//! sets up with its receiver: no system call while the receiver keeps up,
+//! one wake-up packet when it sleeps ([`Config::ring`], `docs/ring.md`).
+//! Without a ring, a message is one send and one receive system call when it
+//! fits one packet (about 208 KiB with Linux defaults). Channels add a
 //! descriptor packet per 253 descriptors (Linux's `SCM_MAX_FD`). A larger
 //! payload goes through a pooled, sealed memfd region (one copy in, one copy
 //! out, no page faults once warm), or, with [`LargeMessages::Fragments`], is
-//! fragmented over a socket dedicated to it. A message carries at most
+//! fragmented over a socket dedicated to it. A sender's messages arrive in
+//! the order sent, whichever way each goes. A message carries at most
 //! [`MAX_FDS`] (4,096) channels, shared-memory regions ([`IpcSharedMemory`]:
 //! memory every process it reaches maps, sent as a descriptor, never copied)
 //! and [`IpcFd`]s; a send of more fails before anything is sent.
