@@ -453,6 +453,57 @@ fn a_fiber_blocked_on_a_socket_whose_peer_dies_gets_the_error() {
     });
 }
 
+/// A socket stays registered with the reactor of the worker that first
+/// waited on it; it keeps working as it moves to fibers that may run on the
+/// other worker, to a plain thread and back, when two fibers wait to read it
+/// at once, and when it is dropped on a thread while registered.
+#[test]
+fn a_socket_waits_wherever_it_moves() {
+    use courier::fiber::net::UnixStream;
+    use std::io::{Read, Write};
+    fn read_byte(stream: &UnixStream) -> u8 {
+        let mut byte = [0u8; 1];
+        let mut reader = stream;
+        reader.read_exact(&mut byte).unwrap();
+        byte[0]
+    }
+    with_watchdog("moving socket", Duration::from_secs(30), || {
+        let rt = runtime(2);
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let ours = Arc::new(ours);
+        for round in 0..40u8 {
+            let ours = Arc::clone(&ours);
+            let reader: Box<dyn FnOnce() -> u8> = if round % 5 == 4 {
+                let thread = std::thread::spawn(move || read_byte(&ours));
+                Box::new(move || thread.join().unwrap())
+            } else {
+                let fiber = rt.spawn(move || read_byte(&ours));
+                Box::new(move || fiber.join().unwrap())
+            };
+            std::thread::sleep(Duration::from_millis(2));
+            theirs.write_all(&[round]).unwrap();
+            assert_eq!(reader(), round);
+        }
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let ours = Arc::clone(&ours);
+                rt.spawn(move || read_byte(&ours))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        theirs.write_all(&[1]).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        theirs.write_all(&[2]).unwrap();
+        let mut got: Vec<u8> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2], "each waiting fiber gets one byte");
+        let ours = Arc::try_unwrap(ours).unwrap();
+        std::thread::spawn(move || drop(ours)).join().unwrap();
+        // The runtime goes on after the registered socket went.
+        assert_eq!(rt.block_on(|| 7), 7);
+    });
+}
+
 #[test]
 fn an_ipc_receive_in_a_fiber_leaves_the_worker_to_the_others() {
     use courier::ipc;

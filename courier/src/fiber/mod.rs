@@ -58,6 +58,7 @@
 mod blocking;
 mod join;
 pub mod net;
+mod reactor;
 mod sched;
 mod stack;
 mod state;
@@ -69,6 +70,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chan::oneshot;
+pub(crate) use reactor::Registration;
 pub(crate) use sched::Interest;
 
 /// The default size of a fiber's stack: room for ordinary code (formatting,

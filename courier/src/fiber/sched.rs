@@ -45,7 +45,7 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,11 +54,11 @@ use std::time::Instant;
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
-use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
-use rustix::event::{eventfd, EventfdFlags};
+use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::io::Errno;
 
 use super::join::JoinSlot;
+use super::reactor::{self, Reactor, WAKE_TOKEN};
 use super::stack::{self, PooledStack};
 use super::state::State;
 use crate::chan::{Park, TaskContext};
@@ -179,7 +179,7 @@ fn suspend(fiber: &Fiber, why: Suspend) {
 }
 
 /// Makes `fiber`'s current or next park return.
-fn unpark(fiber: &Arc<Fiber>) {
+pub(super) fn unpark(fiber: &Arc<Fiber>) {
     if fiber.state.unpark() {
         schedule(Arc::clone(fiber));
     }
@@ -196,7 +196,7 @@ pub(crate) struct Shared {
     /// Each worker's inbox of pinned fibers woken from elsewhere.
     inboxes: Vec<Injector<Arc<Fiber>>>,
     /// Each worker's `epoll` instance and the `eventfd` that wakes it.
-    reactors: Vec<Reactor>,
+    reactors: Vec<Arc<Reactor>>,
     /// Workers asleep, by index.
     sleepers: Mutex<Vec<usize>>,
     idle: AtomicUsize,
@@ -294,37 +294,9 @@ struct WorkerState {
     since_poll: Cell<u32>,
 }
 
-/// A worker's `epoll` instance, and an `eventfd` in it that other threads
-/// write to wake the worker (token 0).
-struct Reactor {
-    epoll: OwnedFd,
-    event: OwnedFd,
-}
-
-/// The token of a reactor's `eventfd`.
-const WAKE_TOKEN: u64 = 0;
 /// Turns of fibers between two looks at the timers and the reactor while
 /// fibers are ready.
 const POLL_EVERY: u32 = 61;
-
-impl Reactor {
-    fn new() -> io::Result<Reactor> {
-        let epoll = epoll::create(CreateFlags::CLOEXEC)?;
-        let event = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        epoll::add(
-            &epoll,
-            &event,
-            EventData::new_u64(WAKE_TOKEN),
-            EventFlags::IN | EventFlags::ET,
-        )?;
-        Ok(Reactor { epoll, event })
-    }
-
-    /// Wakes the worker from its wait (or makes its next wait return).
-    fn wake(&self) {
-        let _ = rustix::io::write(&self.event, &1u64.to_ne_bytes());
-    }
-}
 
 /// Waits on worker `w`'s reactor up to `timeout` (`None`: no limit; zero:
 /// a look) and wakes the fibers whose descriptors are ready.
@@ -340,22 +312,24 @@ fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) {
             },
         )
     });
+    reactor.release_retired();
     let ready = match epoll::wait(&reactor.epoll, &mut events[..], timeout.as_ref()) {
         Ok((ready, _)) => ready,
         Err(_) => return,
     };
     for event in ready.iter() {
         match event.data.u64() {
-            WAKE_TOKEN => {
-                let mut counter = [0u8; 8];
-                let _ = rustix::io::read(&reactor.event, &mut counter);
-            }
-            token => {
+            WAKE_TOKEN => reactor.drain_wake(),
+            token if token & 1 == 1 => {
                 let fiber = w.io_waits.borrow_mut().remove(&token);
                 if let Some(fiber) = fiber {
                     unpark(&fiber);
                 }
             }
+            // SAFETY: an even token other than the wake-up's is a source's,
+            // read from this worker's reactor by the wait just above; retired
+            // sources are let go only before the next wait.
+            token => unsafe { reactor::source_event(token, event.flags) },
         }
     }
 }
@@ -380,8 +354,9 @@ pub(crate) fn wait_fd(
     assert!(!w.is_null(), "a fiber runs on its worker");
     // SAFETY: a running fiber's thread is its worker, alive while it runs.
     let w = unsafe { &*w };
+    // One-shot tokens are odd (see `reactor::WAKE_TOKEN`).
     let token = w.next_token.get();
-    w.next_token.set(token + 1);
+    w.next_token.set(token + 2);
     let me = CURRENT.with(Cell::get);
     // SAFETY: `me` is the running fiber's `Arc` pointer (set by `run`), alive
     // for this turn: one more strong count, owned by the wait registration.
@@ -483,6 +458,32 @@ pub(crate) fn current_worker() -> Option<usize> {
     let w = WORKER.with(Cell::get);
     // SAFETY: as above.
     (!w.is_null()).then(|| unsafe { (*w).index })
+}
+
+/// Parks the running fiber `fiber` until it is unparked (or spuriously).
+pub(super) fn park(fiber: &Fiber) {
+    park_current(fiber, None);
+}
+
+/// A counted handle on the running fiber `fiber`.
+pub(super) fn current_arc(fiber: &Fiber) -> Arc<Fiber> {
+    debug_assert!(std::ptr::eq(CURRENT.with(Cell::get), fiber));
+    // SAFETY: the running fiber lives in an `Arc` (`spawn_on` makes it so),
+    // kept alive by its worker for this turn: one more strong count.
+    unsafe {
+        Arc::increment_strong_count(fiber);
+        Arc::from_raw(fiber)
+    }
+}
+
+/// Runs `f` on the reactor of the calling worker (the caller is a fiber, so
+/// it runs on one).
+pub(super) fn with_reactor<R>(f: impl FnOnce(&Arc<Reactor>) -> R) -> R {
+    let w = WORKER.with(Cell::get);
+    assert!(!w.is_null(), "a fiber runs on its worker");
+    // SAFETY: a running fiber's thread is its worker, alive while it runs.
+    let w = unsafe { &*w };
+    f(&w.rt.reactors[w.index])
 }
 
 /// Suspends the running fiber, which stays ready.
@@ -734,7 +735,7 @@ impl Workers {
             stealers: deques.iter().map(Deque::stealer).collect(),
             inboxes: (0..count).map(|_| Injector::new()).collect(),
             reactors: (0..count)
-                .map(|_| Reactor::new())
+                .map(|_| Reactor::new().map(Arc::new))
                 .collect::<io::Result<_>>()?,
             sleepers: Mutex::new(Vec::new()),
             idle: AtomicUsize::new(0),
@@ -756,7 +757,7 @@ impl Workers {
                         timer_seq: Cell::new(0),
                         turn: Cell::new(false),
                         io_waits: RefCell::new(HashMap::new()),
-                        next_token: Cell::new(WAKE_TOKEN + 1),
+                        next_token: Cell::new(1),
                         since_poll: Cell::new(0),
                     };
                     WORKER.with(|p| p.set(&w));
@@ -789,6 +790,7 @@ impl Drop for Workers {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.shared.reactors.iter().for_each(|r| r.close());
     }
 }
 
