@@ -361,6 +361,13 @@ impl Context {
     pub(crate) fn unpark(&self) {
         self.inner.parker.unpark();
     }
+
+    /// Does [`unpark`](Self::unpark) return before the task runs again?
+    #[inline]
+    #[cfg_attr(loom, allow(dead_code))] // `chan::local` is left out of loom builds
+    pub(crate) fn unpark_only_queues(&self) -> bool {
+        self.inner.parker.unpark_only_queues()
+    }
 }
 
 // ===== the current task =====
@@ -529,14 +536,21 @@ impl fmt::Debug for TaskContext {
 impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
-        TaskContext::shared(std::sync::Arc::new(parker))
+        TaskContext::with_parker(std::sync::Arc::new(parker), false)
     }
 
-    /// The context of a task that sleeps and wakes through a `Park` it shares (a fiber's
-    /// control block, say, which is its own `Park`).
+    /// The context of one of the crate's fibers, which is its own `Park` (its control block,
+    /// shared), and whose `unpark` only queues it.
     pub(crate) fn shared(parker: std::sync::Arc<dyn Park>) -> TaskContext {
+        TaskContext::with_parker(parker, true)
+    }
+
+    fn with_parker(parker: std::sync::Arc<dyn Park>, queues_only: bool) -> TaskContext {
         TaskContext {
-            cx: Context::new(Parker::Task(TaskParker::new(parker)), next_task_id()),
+            cx: Context::new(
+                Parker::Task(TaskParker::new(parker, queues_only)),
+                next_task_id(),
+            ),
             _not_sync: std::marker::PhantomData,
         }
     }

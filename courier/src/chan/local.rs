@@ -236,15 +236,26 @@ impl Side {
 #[allow(unsafe_code)]
 fn wake(w: *const Waiter) {
     // SAFETY: a waiter popped from its list was queued, and a queued waiter's frame is live:
-    // its owner takes it off the list (unless woken, which pops it) before returning. It
-    // stays live until `woken` is set, after which its owner may return: not touched again.
+    // its owner takes it off the list (unless woken, which pops it) before returning. Once
+    // `woken` is set its owner may return, but not before it runs again.
     let w = unsafe { &*w };
     #[cfg(not(loom))]
-    let task = w.task.clone();
+    {
+        if w.task.unpark_only_queues() {
+            // The owner (a task of this thread: a local channel does not leave it) runs
+            // after this returns: its frame outlives the call.
+            w.woken.set(true);
+            w.task.unpark();
+        } else {
+            // Through our own handle: should `unpark` run the woken task, its frame goes
+            // meanwhile.
+            let task = w.task.clone();
+            w.woken.set(true);
+            task.unpark();
+        }
+    }
+    #[cfg(loom)]
     w.woken.set(true);
-    // Through our own handle: should `unpark` run the woken task, its frame goes meanwhile.
-    #[cfg(not(loom))]
-    task.unpark();
 }
 
 /// The sending side of a local channel (`!Send`).

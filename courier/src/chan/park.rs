@@ -108,13 +108,17 @@ pub(crate) struct TaskParker {
     /// ([`Context::current_task`](super::context::Context::current_task) leaves the task out).
     /// Only the thread that runs the task touches it (a plain std atomic: it orders nothing).
     inside: std::sync::atomic::AtomicBool,
+    /// Does `unpark` only queue the task, never running it before it returns? Known of the
+    /// crate's own fibers; a scheduler outside the crate may do either.
+    queues_only: bool,
 }
 
 impl TaskParker {
-    pub(super) fn new(park: std::sync::Arc<dyn Park>) -> TaskParker {
+    pub(super) fn new(park: std::sync::Arc<dyn Park>, queues_only: bool) -> TaskParker {
         TaskParker {
             park,
             inside: std::sync::atomic::AtomicBool::new(false),
+            queues_only,
         }
     }
 
@@ -188,6 +192,16 @@ impl Parker {
         match self {
             Parker::Thread(thread) => thread.unpark(),
             Parker::Task(task) => task.unpark(),
+        }
+    }
+
+    /// Does `unpark` return before the woken task runs again? (A thread: it runs beside the
+    /// waker, but no thread parks on a `chan::local` channel, the only one that asks.)
+    #[inline]
+    pub(super) fn unpark_only_queues(&self) -> bool {
+        match self {
+            Parker::Thread(_) => true,
+            Parker::Task(task) => task.queues_only,
         }
     }
 

@@ -174,7 +174,7 @@ pub(super) unsafe fn source_event(token: u64, flags: EventFlags) {
         }
         woken
     };
-    woken.iter().flatten().for_each(sched::unpark);
+    woken.iter().flatten().for_each(|f| sched::unpark(f));
 }
 
 /// A descriptor's registration with a worker's reactor, made when a fiber

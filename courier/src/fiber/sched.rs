@@ -47,6 +47,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -134,13 +135,7 @@ impl Park for Fiber {
 
     fn unpark(&self) {
         if self.state.unpark() {
-            // SAFETY: every fiber lives in an `Arc` (`spawn_on` makes it so),
-            // and `self` is borrowed from one of its handles for this call:
-            // one more strong count, owned by the run queue it goes on.
-            schedule(unsafe {
-                Arc::increment_strong_count(self);
-                Arc::from_raw(self)
-            });
+            schedule(self);
         }
     }
 
@@ -179,9 +174,26 @@ fn suspend(fiber: &Fiber, why: Suspend) {
 }
 
 /// Makes `fiber`'s current or next park return.
-pub(super) fn unpark(fiber: &Arc<Fiber>) {
+pub(super) fn unpark(fiber: &Fiber) {
     if fiber.state.unpark() {
-        schedule(Arc::clone(fiber));
+        schedule(fiber);
+    }
+}
+
+/// A fiber on a run queue: its address, not a count. A fiber is alive from
+/// its spawn until it finishes (its task context holds it: it is its own
+/// `Park`), and is queued only in between, so a queued fiber is alive; and
+/// it is queued once at a time (its state word says who queues it). So a
+/// wake-up costs no reference count.
+struct Queued(NonNull<Fiber>);
+
+// SAFETY: a `Queued` stands for the fiber (`Send`, see there) while it waits
+// on a run queue; the queue hands it over to the worker that takes it.
+unsafe impl Send for Queued {}
+
+impl Queued {
+    fn new(fiber: &Fiber) -> Queued {
+        Queued(NonNull::from(fiber))
     }
 }
 
@@ -190,11 +202,11 @@ pub(super) fn unpark(fiber: &Arc<Fiber>) {
 /// What a runtime's workers share.
 pub(crate) struct Shared {
     /// Fibers made or woken outside a worker of this runtime.
-    injector: Injector<Arc<Fiber>>,
+    injector: Injector<Queued>,
     /// Each worker's queue, for stealing.
-    stealers: Vec<Stealer<Arc<Fiber>>>,
+    stealers: Vec<Stealer<Queued>>,
     /// Each worker's inbox of pinned fibers woken from elsewhere.
-    inboxes: Vec<Injector<Arc<Fiber>>>,
+    inboxes: Vec<Injector<Queued>>,
     /// Each worker's `epoll` instance and the `eventfd` that wakes it.
     reactors: Vec<Arc<Reactor>>,
     /// Workers asleep, by index.
@@ -245,7 +257,7 @@ impl Shared {
 
 /// Queues a fiber to run: on this worker if the caller is one of its
 /// runtime's (and the fiber may run here), else where its runtime finds it.
-fn schedule(fiber: Arc<Fiber>) {
+fn schedule(fiber: &Fiber) {
     let here = WORKER.with(Cell::get);
     // SAFETY: a non-null pointer names this thread's worker, alive while it
     // runs (the pointer is cleared before it goes).
@@ -255,10 +267,13 @@ fn schedule(fiber: Arc<Fiber>) {
     if let Some(w) = here.filter(|w| w.index == home) {
         // The usual case, a fiber woken by another of its worker's: no
         // shared queue, no atomic.
-        w.pinned.borrow_mut().push_back(fiber);
+        w.pinned.borrow_mut().push_back(Queued::new(fiber));
         return;
     }
+    // Its own count of the runtime: once queued, the fiber may run and
+    // finish elsewhere before this returns.
     let rt = Arc::clone(&fiber.rt);
+    let fiber = Queued::new(fiber);
     match (here, home) {
         (Some(w), NO_HOME) => {
             w.local.push(fiber);
@@ -279,9 +294,9 @@ fn schedule(fiber: Arc<Fiber>) {
 struct WorkerState {
     index: usize,
     rt: Arc<Shared>,
-    local: Deque<Arc<Fiber>>,
+    local: Deque<Queued>,
     /// Fibers at home here, ready to run (no one steals them).
-    pinned: RefCell<VecDeque<Arc<Fiber>>>,
+    pinned: RefCell<VecDeque<Queued>>,
     /// Parks with a deadline: when to unpark whom.
     timers: RefCell<BinaryHeap<Reverse<Timer>>>,
     timer_seq: Cell<u64>,
@@ -468,12 +483,7 @@ pub(super) fn park(fiber: &Fiber) {
 /// A counted handle on the running fiber `fiber`.
 pub(super) fn current_arc(fiber: &Fiber) -> Arc<Fiber> {
     debug_assert!(std::ptr::eq(CURRENT.with(Cell::get), fiber));
-    // SAFETY: the running fiber lives in an `Arc` (`spawn_on` makes it so),
-    // kept alive by its worker for this turn: one more strong count.
-    unsafe {
-        Arc::increment_strong_count(fiber);
-        Arc::from_raw(fiber)
-    }
+    counted(fiber)
 }
 
 /// Runs `f` on the reactor of the calling worker (the caller is a fiber, so
@@ -532,7 +542,7 @@ where
     let task = TaskContext::shared(Arc::clone(&fiber) as Arc<dyn Park>);
     // SAFETY: no one else has the fiber yet.
     unsafe { (*fiber.run.get()).task = Some(task) };
-    schedule(Arc::clone(&fiber));
+    schedule(&fiber);
     Ok(fiber)
 }
 
@@ -543,13 +553,16 @@ impl Fiber {
 }
 
 /// Runs `fiber` for one turn on worker `w`.
-fn run(w: &WorkerState, fiber: Arc<Fiber>) {
+fn run(w: &WorkerState, queued: Queued) {
+    // SAFETY: a queued fiber is alive (see `Queued`); a fiber that finishes
+    // in this turn may be freed at its end, after its last use below.
+    let fiber = unsafe { queued.0.as_ref() };
     fiber.state.start_turn();
     // Its first turn makes this worker its home (see the module docs).
     if fiber.home.load(Ordering::Relaxed) == NO_HOME {
         fiber.home.store(w.index, Ordering::Relaxed);
     }
-    CURRENT.with(|c| c.set(Arc::as_ptr(&fiber)));
+    CURRENT.with(|c| c.set(fiber));
     // SAFETY: this worker took the fiber off a run queue: no one else runs
     // it or touches `run` until it is queued again, which only this worker
     // does, after the turn.
@@ -575,7 +588,11 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
                 if let Some(at) = deadline {
                     let seq = w.timer_seq.get();
                     w.timer_seq.set(seq + 1);
-                    let timer = Timer { at, seq, fiber };
+                    let timer = Timer {
+                        at,
+                        seq,
+                        fiber: counted(fiber),
+                    };
                     w.timers.borrow_mut().push(Reverse(timer));
                 }
             } else {
@@ -592,21 +609,34 @@ fn run(w: &WorkerState, fiber: Arc<Fiber>) {
             if let Some(coroutine) = running.coroutine.take() {
                 drop(coroutine.into_stack());
             }
-            running.task = None;
+            // Taken out before it goes: it may hold the last count of the
+            // fiber, whose memory goes with it.
+            let task = running.task.take();
+            drop(task);
         }
     }
 }
 
 /// Queues a fiber that stays ready (it has started here: its home) at the
 /// back of this worker's own queue.
-fn requeue(w: &WorkerState, fiber: Arc<Fiber>) {
-    w.pinned.borrow_mut().push_back(fiber);
+fn requeue(w: &WorkerState, fiber: &Fiber) {
+    w.pinned.borrow_mut().push_back(Queued::new(fiber));
+}
+
+/// A counted handle on `fiber`, which is alive.
+fn counted(fiber: &Fiber) -> Arc<Fiber> {
+    // SAFETY: every fiber lives in an `Arc` (`spawn_on` makes it so), alive
+    // while the caller borrows it: one more strong count.
+    unsafe {
+        Arc::increment_strong_count(fiber);
+        Arc::from_raw(fiber)
+    }
 }
 
 /// The next fiber for worker `w`: the fibers at home here and its own
 /// queue of new ones, in turns; its inbox; the injector; then the other
 /// workers' queues.
-fn find_work(w: &WorkerState) -> Option<Arc<Fiber>> {
+fn find_work(w: &WorkerState) -> Option<Queued> {
     // The two queues take turns, so that neither a stream of new fibers nor
     // fibers that keep yielding hold the other's back.
     let turn = w.turn.get();
@@ -729,7 +759,7 @@ impl Workers {
     /// Starts `count` worker threads whose fibers get `stack_size`-byte stacks.
     pub(crate) fn start(count: usize, stack_size: usize, name: &str) -> io::Result<Workers> {
         let count = count.max(1);
-        let deques: Vec<Deque<Arc<Fiber>>> = (0..count).map(|_| Deque::new_fifo()).collect();
+        let deques: Vec<Deque<Queued>> = (0..count).map(|_| Deque::new_fifo()).collect();
         let shared = Arc::new(Shared {
             injector: Injector::new(),
             stealers: deques.iter().map(Deque::stealer).collect(),
