@@ -504,6 +504,78 @@ fn a_socket_waits_wherever_it_moves() {
     });
 }
 
+/// On a worker whose fiber yields in a loop, the fibers queued from other
+/// threads still run: one spawned from a thread, and one a thread wakes.
+#[test]
+fn fibers_queued_from_threads_run_beside_a_yielding_one() {
+    use std::sync::atomic::AtomicBool;
+    with_watchdog("queued from threads", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let done = Arc::new(AtomicBool::new(false));
+        let spinner = {
+            let done = Arc::clone(&done);
+            rt.spawn(move || {
+                while !done.load(Ordering::Acquire) {
+                    fiber::yield_now();
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        let (tx, rx) = chan::bounded::<u32>(1);
+        let receiver = {
+            let done = Arc::clone(&done);
+            rt.spawn(move || {
+                let value = rx.recv().unwrap();
+                done.store(true, Ordering::Release);
+                value
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        tx.send(5).unwrap();
+        assert_eq!(receiver.join().unwrap(), 5);
+        spinner.join().unwrap();
+    });
+}
+
+/// A worker whose other fiber never stops yielding still looks at its
+/// reactor: the fiber waiting for a registered socket wakes when data comes.
+#[test]
+fn a_busy_worker_still_wakes_its_socket_waiters() {
+    use courier::fiber::net::UnixStream;
+    use std::io::{Read, Write};
+    use std::sync::atomic::AtomicBool;
+    with_watchdog("busy worker", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let spinner = {
+            let done = Arc::clone(&done);
+            rt.spawn(move || {
+                let mut turns = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    fiber::yield_now();
+                    turns += 1;
+                }
+                turns
+            })
+        };
+        let reader = {
+            let done = Arc::clone(&done);
+            rt.spawn(move || {
+                let mut byte = [0u8; 1];
+                // The first read registers the socket and parks.
+                ours.read_exact(&mut byte).unwrap();
+                done.store(true, Ordering::Release);
+                byte[0]
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        theirs.write_all(&[9]).unwrap();
+        assert_eq!(reader.join().unwrap(), 9);
+        assert!(spinner.join().unwrap() > 0);
+    });
+}
+
 #[test]
 fn an_ipc_receive_in_a_fiber_leaves_the_worker_to_the_others() {
     use courier::ipc;

@@ -22,6 +22,7 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
@@ -42,6 +43,9 @@ pub(super) struct Reactor {
     /// docs); `None` once the worker has stopped, after which a retired count
     /// goes at once.
     retired: Mutex<Option<Vec<Arc<Source>>>>,
+    /// How many sources are registered: a busy worker looks at its reactor
+    /// now and then only if some are (or a one-shot wait is under way).
+    sources: AtomicUsize,
 }
 
 impl Reactor {
@@ -58,12 +62,18 @@ impl Reactor {
             epoll,
             event,
             retired: Mutex::new(Some(Vec::new())),
+            sources: AtomicUsize::new(0),
         })
     }
 
     /// Wakes the worker from its wait (or makes its next wait return).
     pub(super) fn wake(&self) {
         let _ = rustix::io::write(&self.event, &1u64.to_ne_bytes());
+    }
+
+    /// Whether any source is registered.
+    pub(super) fn has_sources(&self) -> bool {
+        self.sources.load(Ordering::Relaxed) != 0
     }
 
     /// Takes the wake-up the `eventfd` holds.
@@ -226,6 +236,7 @@ impl Registration {
             // the entry is gone: that count is taken back exactly once, here.
             let entry = unsafe { Arc::from_raw(address) };
             let reactor = Arc::clone(&source.reactor);
+            reactor.sources.fetch_sub(1, Ordering::Relaxed);
             reactor.retire(entry);
         }
     }
@@ -246,7 +257,10 @@ fn register(reactor: &Arc<Reactor>, fd: BorrowedFd<'_>) -> Option<Arc<Source>> {
         EventData::new_u64(entry as usize as u64),
         flags,
     ) {
-        Ok(()) => Some(source),
+        Ok(()) => {
+            reactor.sources.fetch_add(1, Ordering::Relaxed);
+            Some(source)
+        }
         Err(_) => {
             // SAFETY: the count turned into `entry` just above, never shared.
             drop(unsafe { Arc::from_raw(entry) });

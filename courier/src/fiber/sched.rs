@@ -48,7 +48,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
@@ -217,8 +217,17 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Wakes worker `index` if it sleeps.
+    /// Wakes worker `index` if it sleeps (the caller has just queued work
+    /// for it).
     fn wake(&self, index: usize) {
+        // SYNC POINT: the fence orders the caller's push before the load of
+        // `idle`, against the sleeper's `SeqCst` increment before its last
+        // look at its queues: either it sees the work, or this sees it idle.
+        // So the common case, a worker awake, costs no lock.
+        fence(Ordering::SeqCst);
+        if self.idle.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut sleepers = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = sleepers.iter().position(|&s| s == index) {
             sleepers.swap_remove(i);
@@ -230,9 +239,9 @@ impl Shared {
 
     /// Wakes one sleeping worker, if any.
     fn wake_one(&self) {
-        // SYNC POINT: the sleeper's `SeqCst` increment before it looks at the
-        // queues again: either it sees the work just queued, or this sees it.
-        if self.idle.load(Ordering::SeqCst) == 0 {
+        // SYNC POINT: as in `wake`.
+        fence(Ordering::SeqCst);
+        if self.idle.load(Ordering::Relaxed) == 0 {
             return;
         }
         let index = {
@@ -307,15 +316,24 @@ struct WorkerState {
     next_token: Cell<u64>,
     /// Turns since the reactor was last looked at.
     since_poll: Cell<u32>,
+    /// Spin before the next sleep (see [`IDLE_SPIN`]).
+    spin: Cell<bool>,
 }
 
 /// Turns of fibers between two looks at the timers and the reactor while
 /// fibers are ready.
 const POLL_EVERY: u32 = 61;
 
+/// Whether worker `w` has fibers waiting for descriptors (or sockets
+/// registered with its reactor).
+fn waits_for_io(w: &WorkerState) -> bool {
+    !w.io_waits.borrow().is_empty() || w.rt.reactors[w.index].has_sources()
+}
+
 /// Waits on worker `w`'s reactor up to `timeout` (`None`: no limit; zero:
-/// a look) and wakes the fibers whose descriptors are ready.
-fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) {
+/// a look) and wakes the fibers whose descriptors are ready: `true` if
+/// another thread woke the worker.
+fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) -> bool {
     w.since_poll.set(0);
     let reactor = &w.rt.reactors[w.index];
     let mut events = [const { std::mem::MaybeUninit::<epoll::Event>::uninit() }; 64];
@@ -330,11 +348,15 @@ fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) {
     reactor.release_retired();
     let ready = match epoll::wait(&reactor.epoll, &mut events[..], timeout.as_ref()) {
         Ok((ready, _)) => ready,
-        Err(_) => return,
+        Err(_) => return false,
     };
+    let mut woken = false;
     for event in ready.iter() {
         match event.data.u64() {
-            WAKE_TOKEN => reactor.drain_wake(),
+            WAKE_TOKEN => {
+                reactor.drain_wake();
+                woken = true;
+            }
             token if token & 1 == 1 => {
                 let fiber = w.io_waits.borrow_mut().remove(&token);
                 if let Some(fiber) = fiber {
@@ -347,6 +369,7 @@ fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) {
             token => unsafe { reactor::source_event(token, event.flags) },
         }
     }
+    woken
 }
 
 /// What a fiber waits for on a descriptor.
@@ -674,6 +697,21 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
     }
 }
 
+/// Moves the fibers queued for worker `w` by other threads (its inbox, up to
+/// a batch, and a batch of the injector's) behind the ones ready here.
+fn take_queued_elsewhere(w: &WorkerState) {
+    for _ in 0..POLL_EVERY {
+        match w.rt.inboxes[w.index].steal() {
+            Steal::Success(f) => w.pinned.borrow_mut().push_back(f),
+            Steal::Empty => break,
+            Steal::Retry => {}
+        }
+    }
+    if let Steal::Success(f) = w.rt.injector.steal_batch_and_pop(&w.local) {
+        w.local.push(f);
+    }
+}
+
 /// Fires the timers that are due; returns when the next one is.
 fn fire_timers(w: &WorkerState) -> Option<Instant> {
     let now = Instant::now();
@@ -701,14 +739,40 @@ fn has_work(w: &WorkerState) -> bool {
         || w.rt.stealers.iter().any(|s| !s.is_empty())
 }
 
+/// How long an idle worker looks for work before it sleeps, when its last
+/// sleep was cut short by another thread: a fiber woken from another worker
+/// (a channel's peer there) then usually comes within a few microseconds, and
+/// sleeping costs that worker an `epoll_wait` and its waker an `eventfd`
+/// write.
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Spins up to [`IDLE_SPIN`] (not past the next timer) for work: `true` if
+/// some came.
+fn spin_for_work(w: &WorkerState, next_timer: Option<Instant>) -> bool {
+    let start = Instant::now();
+    let until = next_timer.map_or(start + IDLE_SPIN, |t| t.min(start + IDLE_SPIN));
+    loop {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+        if has_work(w) {
+            return true;
+        }
+        if w.rt.shutdown.load(Ordering::Relaxed) || Instant::now() >= until {
+            return false;
+        }
+    }
+}
+
 /// A worker thread's loop.
 fn work(w: &WorkerState) {
     loop {
         if let Some(fiber) = find_work(w) {
             run(w, fiber);
-            // Timers and descriptors are looked at now and then even while
-            // fibers are ready, so that a busy worker (a fiber that yields
-            // in a loop, say) does not starve its waiting ones.
+            // Timers, descriptors and the work queued from other threads are
+            // looked at now and then even while fibers are ready here, so
+            // that a busy worker (a fiber that yields in a loop, say) does
+            // not starve its waiting ones.
             let turns = w.since_poll.get() + 1;
             w.since_poll.set(turns);
             if turns >= POLL_EVERY {
@@ -716,15 +780,22 @@ fn work(w: &WorkerState) {
                 if !w.timers.borrow().is_empty() {
                     fire_timers(w);
                 }
-                if !w.io_waits.borrow().is_empty() {
+                if waits_for_io(w) {
                     poll_reactor(w, Some(std::time::Duration::ZERO));
                 }
+                take_queued_elsewhere(w);
             }
             continue;
         }
         let next_timer = fire_timers(w);
         if has_work(w) {
             continue;
+        }
+        if w.spin.get() {
+            if spin_for_work(w, next_timer) {
+                continue;
+            }
+            w.spin.set(false);
         }
         if w.rt.shutdown.load(Ordering::Acquire) {
             return;
@@ -736,9 +807,16 @@ fn work(w: &WorkerState) {
             .push(w.index);
         w.rt.idle.fetch_add(1, Ordering::SeqCst);
         if !has_work(w) && !w.rt.shutdown.load(Ordering::Acquire) {
-            let timeout = next_timer.map(|at| at.saturating_duration_since(Instant::now()));
-            poll_reactor(w, timeout);
-        } else if !w.io_waits.borrow().is_empty() {
+            let slept = Instant::now();
+            let timeout = next_timer.map(|at| at.saturating_duration_since(slept));
+            let woken = poll_reactor(w, timeout);
+            // Woken by another thread soon after: spinning would have found
+            // that work without the two system calls, so the next idle spell
+            // spins first. (A worker woken by its sockets, or late, does not:
+            // on a machine with as many busy threads as CPUs, a spinning
+            // worker takes a CPU from them.)
+            w.spin.set(woken && slept.elapsed() < IDLE_SPIN);
+        } else if waits_for_io(w) {
             poll_reactor(w, Some(std::time::Duration::ZERO));
         }
         let mut sleepers = w.rt.sleepers.lock().unwrap_or_else(|e| e.into_inner());
@@ -789,6 +867,7 @@ impl Workers {
                         io_waits: RefCell::new(HashMap::new()),
                         next_token: Cell::new(1),
                         since_poll: Cell::new(0),
+                        spin: Cell::new(false),
                     };
                     WORKER.with(|p| p.set(&w));
                     work(&w);
