@@ -70,8 +70,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::chan::oneshot;
+pub(crate) use reactor::Interest;
 pub(crate) use reactor::Registration;
-pub(crate) use sched::Interest;
 
 /// The default size of a fiber's stack: room for ordinary code (formatting,
 /// serde, a few KiB of buffers on the stack), and a million of them fit in
@@ -425,7 +425,7 @@ pub(crate) fn wait_fd(
     deadline: Option<Instant>,
 ) -> io::Result<bool> {
     if let Some(fiber) = sched::current() {
-        return sched::wait_fd(fiber, fd, interest, deadline);
+        return reactor::wait_fd(fiber, fd, interest, deadline);
     }
     use rustix::event::{poll, PollFd, PollFlags};
     let flags = match interest {

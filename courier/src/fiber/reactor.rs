@@ -9,7 +9,7 @@
 //!   ready, so that the next wait returns at once and its caller tries again.
 //! - Any other descriptor (an ipc socket, a receiver set's `epoll`), and a
 //!   socket waited on from a worker other than the one it is registered
-//!   with, is added for one wait and deleted after it (`sched::wait_fd`).
+//!   with, is added for one wait and deleted after it ([`wait_fd`]).
 //!
 //! # How long a registration lives
 //! The `epoll` entry's data is the address of its [`Source`], which owns one
@@ -21,14 +21,18 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
 use rustix::event::{eventfd, EventfdFlags};
 
-use super::sched::{self, Fiber, Interest};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+
+use super::sched::{self, Fiber, WorkerState};
 
 /// The token of a reactor's `eventfd`. One-shot waits use odd tokens, and a
 /// [`Source`]'s token is its (aligned, so even and non-zero) address.
@@ -223,7 +227,7 @@ impl Registration {
         });
         match source {
             Some(source) => wait_on(source, fiber, fd, interest),
-            None => sched::wait_fd(fiber, fd, interest, None).map(drop),
+            None => wait_fd(fiber, fd, interest, None).map(drop),
         }
     }
 
@@ -288,7 +292,7 @@ fn wait_on(
             // Another fiber waits for this direction (two fibers reading one
             // socket): this one waits on its own.
             drop(state);
-            return sched::wait_fd(fiber, fd, interest, None).map(drop);
+            return wait_fd(fiber, fd, interest, None).map(drop);
         }
         state.waiting[i] = Some(sched::current_arc(fiber));
     }
@@ -304,4 +308,114 @@ fn wait_on(
             return Ok(());
         }
     }
+}
+
+/// Whether worker `w` has fibers waiting for descriptors (or sockets
+/// registered with its reactor).
+pub(super) fn waits_for_io(w: &WorkerState) -> bool {
+    !w.io_waits.borrow().is_empty() || w.rt.reactors[w.index].has_sources()
+}
+
+/// Waits on worker `w`'s reactor up to `timeout` (`None`: no limit; zero:
+/// a look) and wakes the fibers whose descriptors are ready: `true` if
+/// another thread woke the worker.
+pub(super) fn poll_reactor(w: &WorkerState, timeout: Option<Duration>) -> bool {
+    w.since_poll.set(0);
+    let reactor = &w.rt.reactors[w.index];
+    let mut events = [const { std::mem::MaybeUninit::<epoll::Event>::uninit() }; 64];
+    let timeout = timeout.map(|t| {
+        rustix::time::Timespec::try_from(t.min(Duration::from_secs(3600))).unwrap_or(
+            rustix::time::Timespec {
+                tv_sec: 3600,
+                tv_nsec: 0,
+            },
+        )
+    });
+    reactor.release_retired();
+    let ready = match epoll::wait(&reactor.epoll, &mut events[..], timeout.as_ref()) {
+        Ok((ready, _)) => ready,
+        Err(_) => return false,
+    };
+    let mut woken = false;
+    for event in ready.iter() {
+        match event.data.u64() {
+            WAKE_TOKEN => {
+                reactor.drain_wake();
+                woken = true;
+            }
+            token if token & 1 == 1 => {
+                let fiber = w.io_waits.borrow_mut().remove(&token);
+                if let Some(fiber) = fiber {
+                    sched::unpark(&fiber);
+                }
+            }
+            // SAFETY: an even token other than the wake-up's is a source's,
+            // read from this worker's reactor by the wait just above; retired
+            // sources are let go only before the next wait.
+            token => unsafe { source_event(token, event.flags) },
+        }
+    }
+    woken
+}
+
+/// What a fiber waits for on a descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interest {
+    Read,
+    Write,
+}
+
+/// Parks the running fiber `fiber` until `fd` is ready for `interest` (or
+/// hung up, or failed), or `deadline`: `Ok(true)` if it is ready, `Ok(false)`
+/// if the deadline came first. Its worker runs other fibers meanwhile.
+pub(crate) fn wait_fd(
+    fiber: &Fiber,
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    sched::with_worker(|w| wait_fd_on(w, fiber, fd, interest, deadline))
+}
+
+fn wait_fd_on(
+    w: &WorkerState,
+    fiber: &Fiber,
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    // One-shot tokens are odd (see `reactor::WAKE_TOKEN`).
+    let token = w.next_token.get();
+    w.next_token.set(token + 2);
+    let me = sched::current_arc(fiber);
+    let flags = match interest {
+        Interest::Read => EventFlags::IN | EventFlags::RDHUP,
+        Interest::Write => EventFlags::OUT,
+    } | EventFlags::ONESHOT;
+    let epoll_fd = &w.rt.reactors[w.index].epoll;
+    // A descriptor another fiber of this worker already waits on (its other
+    // direction) is registered through a duplicate: `epoll` keys entries by
+    // descriptor number and open file.
+    let dup = match epoll::add(epoll_fd, fd, EventData::new_u64(token), flags) {
+        Ok(()) => None,
+        Err(Errno::EXIST) => {
+            let copy = fd.try_clone_to_owned()?;
+            epoll::add(epoll_fd, &copy, EventData::new_u64(token), flags)?;
+            Some(copy)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    w.io_waits.borrow_mut().insert(token, me);
+    let ready = loop {
+        sched::park_current(fiber, deadline);
+        if !w.io_waits.borrow().contains_key(&token) {
+            break true;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break false;
+        }
+    };
+    w.io_waits.borrow_mut().remove(&token);
+    let _ = epoll::delete(epoll_fd, dup.as_ref().map_or(fd, AsFd::as_fd));
+    Ok(ready)
 }

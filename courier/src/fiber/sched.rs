@@ -45,7 +45,6 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -55,11 +54,9 @@ use std::time::Instant;
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use crossbeam_deque::{Injector, Steal, Stealer, Worker as Deque};
-use rustix::event::epoll::{self, EventData, EventFlags};
-use rustix::io::Errno;
 
 use super::join::JoinSlot;
-use super::reactor::{self, Reactor, WAKE_TOKEN};
+use super::reactor::{poll_reactor, waits_for_io, Reactor};
 use super::stack::{self, PooledStack};
 use super::state::State;
 use crate::chan::{Park, TaskContext};
@@ -156,7 +153,7 @@ impl Park for Fiber {
 }
 
 /// Suspends the running fiber `fiber` until it is unparked (or `deadline`).
-fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
+pub(super) fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
     // A token left by an `unpark` while it ran: consumed, no suspension.
     if fiber.state.take_token() {
         return;
@@ -208,7 +205,7 @@ pub(crate) struct Shared {
     /// Each worker's inbox of pinned fibers woken from elsewhere.
     inboxes: Vec<Injector<Queued>>,
     /// Each worker's `epoll` instance and the `eventfd` that wakes it.
-    reactors: Vec<Arc<Reactor>>,
+    pub(super) reactors: Vec<Arc<Reactor>>,
     /// Workers asleep, by index.
     sleepers: Mutex<Vec<usize>>,
     idle: AtomicUsize,
@@ -300,9 +297,9 @@ fn schedule(fiber: &Fiber) {
 }
 
 /// A worker thread's own state.
-struct WorkerState {
-    index: usize,
-    rt: Arc<Shared>,
+pub(super) struct WorkerState {
+    pub(super) index: usize,
+    pub(super) rt: Arc<Shared>,
     local: Deque<Queued>,
     /// Fibers at home here, ready to run (no one steals them).
     pinned: RefCell<VecDeque<Queued>>,
@@ -312,10 +309,10 @@ struct WorkerState {
     /// Which queue `find_work` looks at first.
     turn: Cell<bool>,
     /// Fibers waiting for a descriptor, by the token of their registration.
-    io_waits: RefCell<HashMap<u64, Arc<Fiber>>>,
-    next_token: Cell<u64>,
+    pub(super) io_waits: RefCell<HashMap<u64, Arc<Fiber>>>,
+    pub(super) next_token: Cell<u64>,
     /// Turns since the reactor was last looked at.
-    since_poll: Cell<u32>,
+    pub(super) since_poll: Cell<u32>,
     /// Spin before the next sleep (see [`IDLE_SPIN`]).
     spin: Cell<bool>,
 }
@@ -323,116 +320,6 @@ struct WorkerState {
 /// Turns of fibers between two looks at the timers and the reactor while
 /// fibers are ready.
 const POLL_EVERY: u32 = 61;
-
-/// Whether worker `w` has fibers waiting for descriptors (or sockets
-/// registered with its reactor).
-fn waits_for_io(w: &WorkerState) -> bool {
-    !w.io_waits.borrow().is_empty() || w.rt.reactors[w.index].has_sources()
-}
-
-/// Waits on worker `w`'s reactor up to `timeout` (`None`: no limit; zero:
-/// a look) and wakes the fibers whose descriptors are ready: `true` if
-/// another thread woke the worker.
-fn poll_reactor(w: &WorkerState, timeout: Option<std::time::Duration>) -> bool {
-    w.since_poll.set(0);
-    let reactor = &w.rt.reactors[w.index];
-    let mut events = [const { std::mem::MaybeUninit::<epoll::Event>::uninit() }; 64];
-    let timeout = timeout.map(|t| {
-        rustix::time::Timespec::try_from(t.min(std::time::Duration::from_secs(3600))).unwrap_or(
-            rustix::time::Timespec {
-                tv_sec: 3600,
-                tv_nsec: 0,
-            },
-        )
-    });
-    reactor.release_retired();
-    let ready = match epoll::wait(&reactor.epoll, &mut events[..], timeout.as_ref()) {
-        Ok((ready, _)) => ready,
-        Err(_) => return false,
-    };
-    let mut woken = false;
-    for event in ready.iter() {
-        match event.data.u64() {
-            WAKE_TOKEN => {
-                reactor.drain_wake();
-                woken = true;
-            }
-            token if token & 1 == 1 => {
-                let fiber = w.io_waits.borrow_mut().remove(&token);
-                if let Some(fiber) = fiber {
-                    unpark(&fiber);
-                }
-            }
-            // SAFETY: an even token other than the wake-up's is a source's,
-            // read from this worker's reactor by the wait just above; retired
-            // sources are let go only before the next wait.
-            token => unsafe { reactor::source_event(token, event.flags) },
-        }
-    }
-    woken
-}
-
-/// What a fiber waits for on a descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Interest {
-    Read,
-    Write,
-}
-
-/// Parks the running fiber `fiber` until `fd` is ready for `interest` (or
-/// hung up, or failed), or `deadline`: `Ok(true)` if it is ready, `Ok(false)`
-/// if the deadline came first. Its worker runs other fibers meanwhile.
-pub(crate) fn wait_fd(
-    fiber: &Fiber,
-    fd: BorrowedFd<'_>,
-    interest: Interest,
-    deadline: Option<Instant>,
-) -> io::Result<bool> {
-    let w = WORKER.with(Cell::get);
-    assert!(!w.is_null(), "a fiber runs on its worker");
-    // SAFETY: a running fiber's thread is its worker, alive while it runs.
-    let w = unsafe { &*w };
-    // One-shot tokens are odd (see `reactor::WAKE_TOKEN`).
-    let token = w.next_token.get();
-    w.next_token.set(token + 2);
-    let me = CURRENT.with(Cell::get);
-    // SAFETY: `me` is the running fiber's `Arc` pointer (set by `run`), alive
-    // for this turn: one more strong count, owned by the wait registration.
-    let me = unsafe {
-        Arc::increment_strong_count(me);
-        Arc::from_raw(me)
-    };
-    let flags = match interest {
-        Interest::Read => EventFlags::IN | EventFlags::RDHUP,
-        Interest::Write => EventFlags::OUT,
-    } | EventFlags::ONESHOT;
-    let epoll_fd = &w.rt.reactors[w.index].epoll;
-    // A descriptor another fiber of this worker already waits on (its other
-    // direction) is registered through a duplicate: `epoll` keys entries by
-    // descriptor number and open file.
-    let dup = match epoll::add(epoll_fd, fd, EventData::new_u64(token), flags) {
-        Ok(()) => None,
-        Err(Errno::EXIST) => {
-            let copy = fd.try_clone_to_owned()?;
-            epoll::add(epoll_fd, &copy, EventData::new_u64(token), flags)?;
-            Some(copy)
-        }
-        Err(e) => return Err(e.into()),
-    };
-    w.io_waits.borrow_mut().insert(token, me);
-    let ready = loop {
-        park_current(fiber, deadline);
-        if !w.io_waits.borrow().contains_key(&token) {
-            break true;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break false;
-        }
-    };
-    w.io_waits.borrow_mut().remove(&token);
-    let _ = epoll::delete(epoll_fd, dup.as_ref().map_or(fd, AsFd::as_fd));
-    Ok(ready)
-}
 
 struct Timer {
     at: Instant,
@@ -507,6 +394,17 @@ pub(super) fn park(fiber: &Fiber) {
 pub(super) fn current_arc(fiber: &Fiber) -> Arc<Fiber> {
     debug_assert!(std::ptr::eq(CURRENT.with(Cell::get), fiber));
     counted(fiber)
+}
+
+/// Runs `f` on the calling worker (the caller is a fiber, so it runs on
+/// one; the worker outlives the call, which may park the fiber).
+pub(super) fn with_worker<R>(f: impl FnOnce(&WorkerState) -> R) -> R {
+    let w = WORKER.with(Cell::get);
+    assert!(!w.is_null(), "a fiber runs on its worker");
+    // SAFETY: a running fiber's thread is its worker, alive while it runs;
+    // a started fiber stays on its home worker, so it is the same one after
+    // any park inside `f`.
+    f(unsafe { &*w })
 }
 
 /// Runs `f` on the reactor of the calling worker (the caller is a fiber, so
