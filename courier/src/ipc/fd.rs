@@ -54,6 +54,7 @@
 //! ([`WireError::ControlTruncated`](super::WireError::ControlTruncated)):
 //! the descriptors that came are closed, and the channel goes on.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fs::File;
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -70,7 +71,36 @@ use super::handles;
 /// Shared by reference count with the send it is in, so that a send keeps
 /// it open without a duplicate (a `dup` and a `close` a descriptor: most of
 /// what passing one costs beyond the kernel's own work).
-pub struct IpcFd(Arc<OwnedFd>);
+pub struct IpcFd(Option<SharedFd>);
+
+/// A descriptor shared by count between an [`IpcFd`] and the sends it is
+/// in: `Some` for as long as the `IpcFd` lives (it is taken only from a
+/// count no send shares).
+pub(crate) type SharedFd = Arc<Option<OwnedFd>>;
+
+/// How many emptied counts a thread keeps for its next `IpcFd`s: as many as
+/// one message carries.
+const SPARE_MAX: usize = super::MAX_FDS;
+
+thread_local! {
+    /// Counts whose descriptor is gone, for the next `IpcFd` made on this
+    /// thread: a message of many descriptors then costs no allocation a
+    /// descriptor. (With glibc, hundreds of small allocations a message,
+    /// between the message's own larger ones, cost more than the
+    /// descriptors' system calls.)
+    static SPARE: RefCell<Vec<SharedFd>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keeps `cell`, whose descriptor is gone and which no one else counts, for
+/// the thread's next `IpcFd`.
+fn recycle(cell: SharedFd) {
+    let _ = SPARE.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        if spare.len() < SPARE_MAX {
+            spare.push(cell);
+        }
+    });
+}
 
 impl IpcFd {
     /// The descriptor, as the type it was sent as (`File`, `TcpListener`...).
@@ -78,35 +108,86 @@ impl IpcFd {
         T::from(self.into_owned())
     }
 
-    fn into_owned(self) -> OwnedFd {
+    /// The shared count (`None` only inside `drop` and `into_owned`).
+    fn cell(&self) -> &SharedFd {
+        self.0
+            .as_ref()
+            .expect("an IpcFd holds its count while it lives")
+    }
+
+    fn fd(&self) -> &OwnedFd {
+        (**self.cell())
+            .as_ref()
+            .expect("an IpcFd holds its descriptor while it lives")
+    }
+
+    fn into_owned(mut self) -> OwnedFd {
+        let mut cell = self
+            .0
+            .take()
+            .expect("an IpcFd holds its count while it lives");
         // Only a send shares the descriptor, for its own duration, and a
         // send borrows the message: whoever holds the `IpcFd` by value holds
-        // the only reference.
-        Arc::into_inner(self.0).expect("an IpcFd by value is its descriptor's only owner")
+        // the only count.
+        let fd = Arc::get_mut(&mut cell)
+            .and_then(Option::take)
+            .expect("an IpcFd by value is its descriptor's only owner");
+        recycle(cell);
+        fd
+    }
+}
+
+impl Drop for IpcFd {
+    fn drop(&mut self) {
+        let Some(mut cell) = self.0.take() else {
+            return; // `into_owned` took it
+        };
+        if let Some(slot) = Arc::get_mut(&mut cell) {
+            drop(slot.take());
+            recycle(cell);
+        }
+        // Otherwise a send still counts it (an `IpcFd` serialized and
+        // dropped inside a `Serialize` impl): the descriptor closes when
+        // that send lets it go.
     }
 }
 
 impl AsFd for IpcFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.fd().as_fd()
     }
 }
 
 impl AsRawFd for IpcFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.fd().as_raw_fd()
     }
 }
 
 impl fmt::Debug for IpcFd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("IpcFd").field(&self.0.as_raw_fd()).finish()
+        f.debug_tuple("IpcFd").field(&self.as_raw_fd()).finish()
     }
 }
 
 impl From<OwnedFd> for IpcFd {
     fn from(fd: OwnedFd) -> IpcFd {
-        IpcFd(Arc::new(fd))
+        let spare = SPARE
+            .try_with(|spare| spare.borrow_mut().pop())
+            .ok()
+            .flatten();
+        let cell = match spare {
+            // A spare is counted by no one else (see `recycle`'s callers).
+            Some(mut cell) => match Arc::get_mut(&mut cell) {
+                Some(slot) => {
+                    *slot = Some(fd);
+                    cell
+                }
+                None => Arc::new(Some(fd)),
+            },
+            None => Arc::new(Some(fd)),
+        };
+        IpcFd(Some(cell))
     }
 }
 
@@ -145,7 +226,7 @@ conversions!(
 
 impl Serialize for IpcFd {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        handles::serialize_shared_fd(&self.0, serializer)
+        handles::serialize_shared_fd(self.cell(), serializer)
     }
 }
 

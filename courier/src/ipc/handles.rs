@@ -49,6 +49,7 @@ use super::bytes_seq;
 use super::config::Config;
 use super::err::SerDeError;
 use super::err::WireError;
+use super::fd::SharedFd;
 use super::platform::{Os, Transport};
 use super::shm::SharedRegion;
 use super::split::{self, Layout, Parts};
@@ -423,14 +424,17 @@ enum Held {
     Copy(OwnedFd),
     /// A descriptor the table shares with its owner (an `IpcFd`): no system
     /// call to keep it open.
-    Shared(Arc<OwnedFd>),
+    Shared(SharedFd),
 }
 
 impl AsFd for Held {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             Held::Copy(fd) => fd.as_fd(),
-            Held::Shared(fd) => fd.as_fd(),
+            Held::Shared(fd) => (**fd)
+                .as_ref()
+                .expect("a shared descriptor is open while a send holds it")
+                .as_fd(),
         }
     }
 }
@@ -453,10 +457,14 @@ pub(crate) fn serialize_fd<S: Serializer>(
 /// [`serialize_fd`] for a descriptor shared by `Arc`: the table keeps a
 /// reference, not a duplicate (no `dup` and `close` a descriptor).
 pub(crate) fn serialize_shared_fd<S: Serializer>(
-    fd: &Arc<OwnedFd>,
+    fd: &SharedFd,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serialize_held(fd.as_fd(), serializer, || Ok(Held::Shared(Arc::clone(fd))))
+    let borrowed = (**fd)
+        .as_ref()
+        .ok_or_else(|| S::Error::custom("an IpcFd without its descriptor"))?
+        .as_fd();
+    serialize_held(borrowed, serializer, || Ok(Held::Shared(Arc::clone(fd))))
 }
 
 fn serialize_held<S: Serializer>(
