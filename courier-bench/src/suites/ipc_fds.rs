@@ -4,14 +4,15 @@
 //!
 //! | subject | one operation |
 //! | --- | --- |
-//! | `courier` | `IpcSender<Vec<IpcFd>>::send` of a message of `n` descriptors and its `recv`; the descriptors received are the next message's (each goes as a duplicate, the message's own closed after the send) |
+//! | `courier` | `IpcSender<Vec<IpcFd>>::send` of a message of `n` descriptors and its `recv`; the descriptors received are the next message's (the message's own closed after the send) |
 //! | `floor` | `sendmsg(2)` of an 8-byte packet with `n` descriptors (`SCM_RIGHTS`) on a `SOCK_SEQPACKET` socketpair, `recvmsg(2)`, and the `n` received ones closed |
 //!
-//! The descriptors are `n` opens of `/dev/null`. Both subjects install `n`
-//! descriptors in the receiver and close `n`; courier also duplicates each
-//! before it goes (a `Serialize` impl may serialize a temporary, whose
-//! descriptor must not close before the send): the gap to the floor is
-//! mostly those `n` duplicates.
+//! The descriptors are `n` opens of `/dev/null`. Both subjects make the same
+//! system calls: a `sendmsg` and a `recvmsg` a message (courier's data goes
+//! through its shared-memory ring, the descriptors alone on the socket) and
+//! `n` closes. An `IpcFd` shares its descriptor with the send by count, so
+//! no duplicate is made; the gap to the floor is courier's user-space work
+//! (the wire header, decoding, the `Vec<IpcFd>` the message is).
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;

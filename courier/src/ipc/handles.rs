@@ -395,7 +395,20 @@ pub(crate) fn deserialize_message<T: DeserializeOwned>(
     impl Drop for Restore {
         fn drop(&mut self) {
             let outer = self.0.take();
-            let _ = INCOMING.try_with(|i| drop(std::mem::replace(&mut *i.borrow_mut(), outer)));
+            let ours = INCOMING
+                .try_with(|i| std::mem::replace(&mut *i.borrow_mut(), outer))
+                .ok()
+                .flatten();
+            if let Some(mut table) = ours {
+                // The descriptors no channel end took close here; the
+                // vector goes back for the next receive, collected in place
+                // (an `Option<OwnedFd>` is an `OwnedFd`'s size; `filter_map`
+                // keeps the allocation, where `flatten` makes a new one).
+                table.clear();
+                #[allow(clippy::filter_map_identity)]
+                let table = table.into_iter().filter_map(|fd| fd).collect();
+                Os::recycle_fds(table);
+            }
             let _ = REGION_BUDGET.try_with(|b| b.set(self.1));
         }
     }

@@ -126,6 +126,13 @@ pub(crate) trait Transport {
 
     /// Borrows `fd`.
     fn borrow(fd: &Self::Fd) -> Self::BorrowedFd<'_>;
+    /// Takes back an emptied vector that held received descriptors, for a
+    /// later [`recv`](Self::recv) on this thread to fill: a message of
+    /// descriptors then costs no allocation for them. The default lets it
+    /// go.
+    fn recycle_fds(fds: Vec<Self::Fd>) {
+        drop(fds);
+    }
     /// Two connected ends.
     fn pair() -> Result<(Self::Fd, Self::Fd), Errno>;
     /// The longest packet this process's ends take (probed once).

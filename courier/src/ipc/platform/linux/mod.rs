@@ -101,6 +101,11 @@ impl Transport for Linux {
     }
 
     #[inline]
+    fn recycle_fds(fds: Vec<OwnedFd>) {
+        socket::recycle_fds(fds);
+    }
+
+    #[inline]
     fn recv_whole(
         fd: BorrowedFd<'_>,
         buf: &mut [MaybeUninit<u8>],

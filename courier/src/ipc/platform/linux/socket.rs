@@ -317,9 +317,21 @@ pub(crate) fn recv(
     }
 }
 
+thread_local! {
+    /// An emptied vector of received descriptors, given back by the layer
+    /// above (`Transport::recycle_fds`) for the next receive to fill.
+    static SPARE_FDS: std::cell::Cell<Vec<OwnedFd>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Keeps `fds`, emptied, for this thread's next receive of descriptors.
+pub(crate) fn recycle_fds(mut fds: Vec<OwnedFd>) {
+    fds.clear();
+    let _ = SPARE_FDS.try_with(|spare| spare.set(fds));
+}
+
 /// Takes ownership of every descriptor in the `SCM_RIGHTS` messages of `msg`.
 fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
-    let mut fds = Vec::new();
+    let mut fds = SPARE_FDS.try_with(|spare| spare.take()).unwrap_or_default();
     // SAFETY: `msg` was filled by a successful `recvmsg`; its control
     // pointer and length describe the kernel-written control data.
     let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(msg) };
