@@ -8,8 +8,8 @@
 //! A socket is registered with the reactor once, edge-triggered, when a fiber
 //! first waits on it, and deleted from it when the socket is dropped: a wait
 //! costs no system call beyond the read or write that said `EAGAIN` (adding
-//! and deleting an entry per wait cost two more, a fifth of a small HTTP
-//! request's server time).
+//! and deleting an entry per wait cost two more: without them the
+//! `http_hello` example serves 15-20% more requests a second).
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
