@@ -139,7 +139,9 @@ pub(crate) fn serialize_message<T: Serialize + ?Sized, R>(
 /// `Serialize` impl panics): then the table is cleared, which closes the
 /// duplicated descriptors, sent or not, and an outer send's table is back.
 struct Active {
-    outer: Option<Outgoing>,
+    /// The outer send's table, when this send is nested in its `Serialize`
+    /// impl (rare: boxed, so that the usual send moves a word, not a table).
+    outer: Option<Box<Outgoing>>,
 }
 
 impl Active {
@@ -152,7 +154,7 @@ impl Active {
                 let mut table = o.borrow_mut();
                 let outer = table
                     .active
-                    .then(|| std::mem::replace(&mut *table, Outgoing::IDLE));
+                    .then(|| Box::new(std::mem::replace(&mut *table, Outgoing::IDLE)));
                 table.active = true;
                 Active { outer }
             })
@@ -162,18 +164,22 @@ impl Active {
 
 impl Drop for Active {
     fn drop(&mut self) {
-        let nested = OUTGOING.try_with(|o| {
+        let outer = self.outer.take();
+        let _ = OUTGOING.try_with(|o| {
             let mut table = o.borrow_mut();
-            table.fds.clear();
-            table.backlogs.clear();
-            table.again = None;
-            table.first.clear();
+            // Most messages carry no channel end and are walked once: the
+            // table is as the send found it.
+            if !table.fds.is_empty() || !table.backlogs.is_empty() || table.again.is_some() {
+                table.fds.clear();
+                table.backlogs.clear();
+                table.again = None;
+                table.first.clear();
+            }
             table.active = false;
-            self.outer
-                .take()
-                .map(|outer| std::mem::replace(&mut *table, outer))
+            if let Some(outer) = outer {
+                *table = *outer;
+            }
         });
-        drop(nested);
     }
 }
 
