@@ -22,11 +22,10 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_bytes::ByteBuf;
 
+mod common;
 mod watchdog;
-#[path = "common/wire.rs"]
-mod wire;
+use common::wire::{fd_packet, header, raw_send, seqpacket_pair};
 use watchdog::with_watchdog;
-use wire::{fd_packet, header, raw_send, seqpacket_pair};
 
 const ROLE: &str = "COURIER_ASYNCH_ROLE";
 const SERVER: &str = "COURIER_ASYNCH_SERVER";
@@ -253,18 +252,8 @@ fn child_entry() {
 
 /// This test binary, to run the child role `role`.
 fn child(role: &str) -> Command {
-    let mut command = Command::new("/proc/self/exe");
-    command
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(ROLE, role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+    let mut command = common::child_command(&[(ROLE, role)]);
+    command.stdout(Stdio::null());
     command
 }
 

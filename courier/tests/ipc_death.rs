@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -183,20 +183,7 @@ struct Peer {
 impl Peer {
     /// Starts a child in `role`, serving the one-shot server `name`.
     fn spawn(role: &str, name: String) -> Peer {
-        let mut child = Command::new("/proc/self/exe")
-            .args([
-                "child_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(ROLE, role)
-            .env(SERVER, name)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = common::spawn_child_entry(&[(ROLE, role), (SERVER, &name)]);
         let out = BufReader::new(child.stdout.take().unwrap());
         Peer { child, out }
     }

@@ -6,7 +6,7 @@
 //! re-executed, as in `ipc_xprocess.rs`), never in the test harness.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use courier::ipc::{self, IpcBytesReceiver, IpcBytesSender, IpcError, IpcReceiver, IpcSender};
@@ -111,16 +111,7 @@ fn child_entry() {
 #[test]
 fn descriptors_past_the_limit_fail_one_message_and_leak_nothing() {
     with_watchdog("descriptors_past_the_limit", LIMIT, || {
-        let status = Command::new("/proc/self/exe")
-            .args([
-                "child_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(ROLE, "nofile")
-            .stdin(Stdio::null())
+        let status = common::child_command(&[(ROLE, "nofile")])
             .stdout(Stdio::null())
             .status()
             .unwrap();

@@ -12,7 +12,7 @@ use std::io::{Read, Seek, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use courier::ipc::{
@@ -115,17 +115,7 @@ where
     T: for<'de> Deserialize<'de> + Serialize,
 {
     let (server, name) = IpcOneShotServer::<T>::new().unwrap();
-    let child = Command::new("/proc/self/exe")
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(ROLE, role)
-        .env(SERVER, name)
-        .stdin(Stdio::null())
+    let child = common::child_command(&[(ROLE, role), (SERVER, &name)])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

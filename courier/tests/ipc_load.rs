@@ -12,7 +12,7 @@
 //! `ipc_xprocess.rs`.
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use courier::ipc::{
@@ -193,22 +193,12 @@ fn child_entry() {
 fn spawn_sender(id: u32, count: u64, end: End) -> Child {
     type Ends = (Option<IpcBytesSender>, Option<IpcSender<ByteBuf>>);
     let (server, name) = IpcOneShotServer::<IpcSender<Ends>>::new().unwrap();
-    let child = Command::new("/proc/self/exe")
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(ROLE, "send")
-        .env(SERVER, name)
-        .env(ID, id.to_string())
-        .env(COUNT, count.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (id, count) = (id.to_string(), count.to_string());
+    let child =
+        common::child_command(&[(ROLE, "send"), (SERVER, &name), (ID, &id), (COUNT, &count)])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
     let (_rx, requests) = server.accept_timeout(PATIENCE).expect("child connects");
     let ends = match end {
         End::Bytes(tx) => (Some(tx), None),

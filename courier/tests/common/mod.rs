@@ -7,9 +7,11 @@ use courier::ipc::Config;
 
 pub mod wire;
 
+#[allow(dead_code)] // not every test binary checks descriptors
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The number of descriptors this process has open.
+#[allow(dead_code)] // not every test binary checks descriptors
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -36,12 +38,14 @@ pub fn ring_fds() -> usize {
 /// when a count is taken: a run of `ipc_hostile` once counted 7 before and 6
 /// after. So fewer at the end is no leak, and more at the end must last half
 /// a second to be called one.
+#[allow(dead_code)] // not every test binary checks descriptors
 pub struct FdCheck {
     before: usize,
     _serial: MutexGuard<'static, ()>,
 }
 
 /// Starts an [`FdCheck`] (waiting for any other test holding one).
+#[allow(dead_code)] // not every test binary checks descriptors
 pub fn fd_check() -> FdCheck {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     FdCheck {
@@ -88,13 +92,14 @@ pub fn with_config<R>(change: impl FnOnce(&mut Config), f: impl FnOnce() -> R) -
     f()
 }
 
-/// Starts this test binary again (`/proc/self/exe`, no `fork` of the
-/// threaded harness) running only its `child_entry` test, with `envs` set
-/// (the role it plays, the one-shot server it connects to...), its stdout
-/// piped to the caller.
+/// This test binary again (`/proc/self/exe`, no `fork` of the threaded
+/// harness), to run only its `child_entry` test with `envs` set (the role it
+/// plays, the one-shot server it connects to...); its stdin is closed, and
+/// the caller chooses its stdout and how to start it.
 #[allow(dead_code)] // not every test binary has child processes
-pub fn spawn_child_entry(envs: &[(&str, &str)]) -> Child {
-    Command::new("/proc/self/exe")
+pub fn child_command(envs: &[(&str, &str)]) -> Command {
+    let mut command = Command::new("/proc/self/exe");
+    command
         .args([
             "child_entry",
             "--exact",
@@ -103,8 +108,12 @@ pub fn spawn_child_entry(envs: &[(&str, &str)]) -> Child {
             "-q",
         ])
         .envs(envs.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stdin(Stdio::null());
+    command
+}
+
+/// Starts [`child_command`]`(envs)` with its stdout piped to the caller.
+#[allow(dead_code)] // not every test binary has child processes
+pub fn spawn_child_entry(envs: &[(&str, &str)]) -> Child {
+    child_command(envs).stdout(Stdio::piped()).spawn().unwrap()
 }
