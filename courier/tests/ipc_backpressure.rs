@@ -101,6 +101,39 @@ fn bytes_try_send_fills_the_channel() {
     });
 }
 
+/// The gathered sends wait, or not, as the plain ones: a message of parts
+/// goes whole when there is room, and `Full` or `Timeout` sends nothing.
+#[test]
+fn vectored_sends_fill_the_channel_whole_or_not_at_all() {
+    use std::io::IoSlice;
+    let _check = fd_check();
+    with_watchdog("vectored try_send fill", LIMIT, || {
+        let (tx, rx) = ipc::bytes_channel().unwrap();
+        let mut sent = 0u32;
+        loop {
+            let n = sent.to_le_bytes();
+            match tx.try_send_vectored(&[IoSlice::new(b"part:"), IoSlice::new(&n)]) {
+                Ok(()) => sent += 1,
+                Err(TrySendError::Full(())) => break,
+                Err(e) => panic!("try_send_vectored failed: {e}"),
+            }
+        }
+        assert!(sent > 0);
+        let timeout = Duration::from_millis(50);
+        let parts = [IoSlice::new(b"late"), IoSlice::new(b"!")];
+        let e = tx.send_vectored_timeout(&parts, timeout).unwrap_err();
+        assert!(e.is_timeout(), "{e:?}");
+        for i in 0..sent {
+            let mut want = b"part:".to_vec();
+            want.extend_from_slice(&i.to_le_bytes());
+            assert_eq!(rx.recv().unwrap(), want);
+        }
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        tx.send_vectored_timeout(&parts, timeout).unwrap();
+        assert_eq!(rx.recv().unwrap(), b"late!");
+    });
+}
+
 #[test]
 fn send_timeout_on_a_full_channel_times_out_with_the_message() {
     let _check = fd_check();

@@ -557,6 +557,27 @@ impl IpcBytesSender {
             .send(parts, &[])
             .map_err(|e| io::Error::from(IpcError::from(e)))
     }
+
+    /// [`send_vectored`](Self::send_vectored) if the channel has room for
+    /// the message now, without waiting (as [`try_send`](Self::try_send));
+    /// else [`TrySendError::Full`], with nothing sent.
+    pub fn try_send_vectored(&self, parts: &[IoSlice<'_>]) -> Result<(), TrySendError<()>> {
+        try_sent(self.os.send_wait(parts, &[], Wait::Poll), ())
+    }
+
+    /// [`send_vectored`](Self::send_vectored), waiting at most `timeout` for
+    /// room (as [`send_timeout`](Self::send_timeout)); else
+    /// [`SendTimeoutError::Timeout`], with nothing sent.
+    pub fn send_vectored_timeout(
+        &self,
+        parts: &[IoSlice<'_>],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError<()>> {
+        Ok(try_sent(
+            self.os.send_wait(parts, &[], deadline(timeout)),
+            (),
+        )?)
+    }
 }
 
 impl fmt::Debug for IpcBytesSender {
