@@ -7,20 +7,29 @@
 //!      |                  ^
 //!    join (registers)     | finish (wakes the joiner)
 //!      v                  |
-//!   WAITING(joiner's context)
+//!   WAITING(joiner's context, or joining fiber)
 //! ```
 //!
 //! One joiner at most (a `JoinHandle` is not `Clone`, and `join` takes it).
+//! A joiner that is a courier fiber registers itself (a counted pointer,
+//! tagged) and parks on its own state word; any other registers its `chan`
+//! context (a thread, a task of another scheduler).
 #![allow(unsafe_code)]
 
 use std::any::Any;
 
+use std::sync::Arc;
+
+use super::sched;
 use crate::chan::context::{Context, Selected};
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
 
 const RUNNING: usize = 0;
 const DONE: usize = 1;
+/// Set in a registered joiner's word when it is a fiber (`Arc<Fiber>`
+/// pointers, as contexts', are aligned: the low bits are free).
+const FIBER: usize = 2;
 
 /// A finished fiber's result, its value boxed as `dyn Any` (the handle
 /// knows its type).
@@ -67,7 +76,13 @@ impl JoinSlot {
         // SYNC POINT: `Release` publishes the result; `Acquire` takes the
         // joiner's context, published by its registering exchange.
         let before = self.state.swap(DONE, Ordering::AcqRel);
-        if before != RUNNING {
+        if before != RUNNING && before & FIBER != 0 {
+            // SAFETY: a word with `FIBER` set is a joining fiber's counted
+            // pointer, tagged by `join_as_fiber`, whose ownership the swap
+            // took over.
+            let joiner = unsafe { Arc::from_raw((before & !FIBER) as *const sched::Fiber) };
+            sched::unpark(&joiner);
+        } else if before != RUNNING {
             // SAFETY: a word other than RUNNING (DONE is written only here,
             // once) is a context `join` turned into a pointer, whose
             // ownership the swap took over.
@@ -84,6 +99,48 @@ impl JoinSlot {
     /// it. Called once.
     pub(crate) fn join(&self) -> Outcome {
         if !self.is_done() {
+            match sched::current() {
+                Some(me) => self.join_as_fiber(me),
+                None => self.join_as_context(),
+            }
+        }
+        // The claim is made after DONE is published, so DONE is seen here.
+        debug_assert!(self.is_done());
+        // SYNC POINT: pairs with `finish`'s swap (what the claim's `Acquire`
+        // in `wait_until` already ordered; this load makes the rule local).
+        let _ = self.state.load(Ordering::Acquire);
+        // SAFETY: DONE: the result was written and nobody writes it again;
+        // the one handle reads it once.
+        let outcome = self.result.with_mut(|slot| unsafe { (*slot).take() });
+        outcome.expect("a finished fiber left its result")
+    }
+
+    /// A courier fiber waits: it registers itself and parks until `finish`
+    /// has published the result (no `chan` context, no claim).
+    fn join_as_fiber(&self, me: &sched::Fiber) {
+        let mine = Arc::into_raw(sched::current_arc(me)) as usize;
+        debug_assert_eq!(mine & (FIBER | DONE), 0, "an Arc is aligned");
+        // SYNC POINT: `Release` publishes the registration to `finish`'s
+        // swap; on failure, `Acquire` sees the result.
+        let registered = (self.state)
+            .compare_exchange(RUNNING, mine | FIBER, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !registered {
+            // Finished meanwhile: the registration was never shared.
+            // SAFETY: `mine` came from `into_raw` just above.
+            drop(unsafe { Arc::from_raw(mine as *const sched::Fiber) });
+            return;
+        }
+        // `finish` unparks this fiber after it publishes DONE; a park that
+        // returns before (spuriously, or for an older wake-up) parks again.
+        while !self.is_done() {
+            sched::park(me);
+        }
+    }
+
+    /// Any other joiner waits on its `chan` context.
+    fn join_as_context(&self) {
+        {
             Context::with(|cx| {
                 let mine = cx.clone().into_raw() as usize;
                 // SYNC POINT: `Release` publishes the context to `finish`'s
@@ -106,15 +163,6 @@ impl JoinSlot {
                 }
             });
         }
-        // The claim is made after DONE is published, so DONE is seen here.
-        debug_assert!(self.is_done());
-        // SYNC POINT: pairs with `finish`'s swap (what the claim's `Acquire`
-        // in `wait_until` already ordered; this load makes the rule local).
-        let _ = self.state.load(Ordering::Acquire);
-        // SAFETY: DONE: the result was written and nobody writes it again;
-        // the one handle reads it once.
-        let outcome = self.result.with_mut(|slot| unsafe { (*slot).take() });
-        outcome.expect("a finished fiber left its result")
     }
 }
 
