@@ -312,3 +312,74 @@ fn a_fiber_blocked_in_send_lets_its_worker_run() {
         });
     });
 }
+
+/// While one fiber waits in a send (its channel full, its message carrying a
+/// channel end), the other fibers of its worker send too, messages with and
+/// without channel ends: each message arrives whole with its own ends, and
+/// the waiting send completes once there is room.
+#[test]
+fn fibers_of_a_worker_send_while_one_waits_for_room() {
+    let _check = fd_check();
+    with_watchdog("fibers send beside a waiting send", LIMIT, || {
+        let rt = fiber::Runtime::builder().workers(1).build().unwrap();
+        rt.block_on(|| {
+            let (tx, rx) = ipc::channel::<(u64, IpcSender<u64>)>().unwrap();
+            let (reply_tx, reply_rx) = ipc::channel::<u64>().unwrap();
+            let mut sent = 0u64;
+            loop {
+                match tx.try_send((sent, reply_tx.clone())) {
+                    Ok(()) => sent += 1,
+                    Err(TrySendError::Full(_)) => break,
+                    Err(e) => panic!("try_send failed: {e}"),
+                }
+            }
+            // A blocking send may find room `try_send` did not count on:
+            // the waiting fiber sends more than any buffer holds.
+            const MORE: u64 = 2_000;
+            let waiter = {
+                let reply_tx = reply_tx.clone();
+                fiber::spawn(move || {
+                    for n in sent..sent + MORE {
+                        tx.send((n, reply_tx.clone())).unwrap();
+                    }
+                })
+            };
+            // The waiting fiber parks inside a send; these run meanwhile.
+            fiber::sleep(Duration::from_millis(20));
+            assert!(!waiter.is_finished(), "sent more than a channel holds");
+            let (plain_tx, plain_rx) = ipc::channel::<String>().unwrap();
+            let (ends_tx, ends_rx) = ipc::channel::<(u64, IpcSender<u64>)>().unwrap();
+            let others: Vec<_> = (0..4u64)
+                .map(|i| {
+                    let (plain_tx, ends_tx) = (plain_tx.clone(), ends_tx.clone());
+                    let reply_tx = reply_tx.clone();
+                    fiber::spawn(move || {
+                        plain_tx.send(format!("plain {i}")).unwrap();
+                        ends_tx.send((100 + i, reply_tx)).unwrap();
+                    })
+                })
+                .collect();
+            for other in others {
+                other.join().unwrap();
+            }
+            let mut plain: Vec<String> = (0..4).map(|_| plain_rx.recv().unwrap()).collect();
+            plain.sort();
+            assert_eq!(plain, ["plain 0", "plain 1", "plain 2", "plain 3"]);
+            for _ in 0..4 {
+                let (n, end) = ends_rx.recv().unwrap();
+                end.send(n).unwrap();
+            }
+            let mut replies: Vec<u64> = (0..4).map(|_| reply_rx.recv().unwrap()).collect();
+            replies.sort_unstable();
+            assert_eq!(replies, [100, 101, 102, 103]);
+            // Room: the waiting sends complete, their ends with them.
+            for i in 0..sent + MORE {
+                let (n, end) = rx.recv().unwrap();
+                assert_eq!(n, i);
+                end.send(n).unwrap();
+                assert_eq!(reply_rx.recv().unwrap(), i);
+            }
+            waiter.join().unwrap();
+        });
+    });
+}

@@ -356,6 +356,24 @@ impl Context {
         (!inside).then_some(task)
     }
 
+    /// Whether the running task is one of the crate's fibers (a
+    /// `TaskContext::shared`, whose `unpark` only queues it), and not a
+    /// thread, nor a task of another scheduler run inside a fiber.
+    #[cfg(not(loom))]
+    pub(crate) fn current_is_fiber() -> bool {
+        Context::current_task().is_some_and(|task| {
+            // SAFETY: `current_task` returns only installed pointers, which are live now.
+            let task = unsafe { &*task };
+            matches!(&task.inner.parker, Parker::Task(parker) if parker.queues_only())
+        })
+    }
+
+    /// loom builds have no scheduler tasks.
+    #[cfg(loom)]
+    pub(crate) fn current_is_fiber() -> bool {
+        false
+    }
+
     /// Wakes the task (after its claim word was set).
     #[inline]
     pub(crate) fn unpark(&self) {

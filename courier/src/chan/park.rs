@@ -156,6 +156,12 @@ impl TaskParker {
         no_unwind(|| self.park.may_spin())
     }
 
+    /// Does `unpark` only queue the task (one of the crate's fibers)?
+    #[cfg_attr(loom, allow(dead_code))] // asked through `CURRENT_TASK`, left out of loom builds
+    pub(super) fn queues_only(&self) -> bool {
+        self.queues_only
+    }
+
     /// Is the task running one of its own `Park` methods?
     #[cfg_attr(loom, allow(dead_code))] // read through `CURRENT_TASK`, left out of loom builds
     pub(super) fn is_inside(&self) -> bool {

@@ -99,9 +99,12 @@ impl JoinSlot {
     /// it. Called once.
     pub(crate) fn join(&self) -> Outcome {
         if !self.is_done() {
+            // A task of another scheduler run inside a fiber waits as that
+            // task, on its context: parking the fiber would park its
+            // scheduler's other tasks too.
             match sched::current() {
-                Some(me) => self.join_as_fiber(me),
-                None => self.join_as_context(),
+                Some(me) if Context::current_is_fiber() => self.join_as_fiber(me),
+                _ => self.join_as_context(),
             }
         }
         // The claim is made after DONE is published, so DONE is seen here.

@@ -126,14 +126,19 @@ impl IpcFd {
             .0
             .take()
             .expect("an IpcFd holds its count while it lives");
-        // Only a send shares the descriptor, for its own duration, and a
-        // send borrows the message: whoever holds the `IpcFd` by value holds
-        // the only count.
-        let fd = Arc::get_mut(&mut cell)
-            .and_then(Option::take)
-            .expect("an IpcFd by value is its descriptor's only owner");
-        recycle(cell);
-        fd
+        if let Some(fd) = Arc::get_mut(&mut cell).and_then(Option::take) {
+            recycle(cell);
+            return fd;
+        }
+        // A send still counts it (the `IpcFd` was taken out of a message
+        // being sent, through a `Mutex` in it, say): the caller gets a
+        // duplicate, and the send's descriptor closes when the send is done.
+        let shared = (*cell)
+            .as_ref()
+            .expect("an IpcFd holds its descriptor while it lives");
+        shared
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot duplicate a descriptor a send still holds: {e}"))
     }
 }
 

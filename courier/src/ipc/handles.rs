@@ -198,19 +198,10 @@ fn walk<T: Serialize + ?Sized, R>(
     (*buf, skipped) = bytes_seq::serialize_with_flavor(value, measure)?;
     let Some(skip) = skipped else {
         // The common case, one walk: send with the table's descriptors.
-        let mut send = Some(send);
-        let sent = OUTGOING.try_with(|o| {
-            let table = o.borrow();
-            let fds: Vec<BorrowedFd<'_>> = table.fds.iter().map(AsFd::as_fd).collect();
-            send.take().map(|send| send(&[IoSlice::new(buf)], &fds))
-        });
-        return Ok(match (sent, send) {
-            (Ok(Some(sent)), _) => sent,
-            // The table is gone (the thread's locals are torn down): the
-            // message can hold no channel end, and goes without descriptors.
-            (_, Some(send)) => send(&[IoSlice::new(buf)], &[]),
-            (Ok(None) | Err(_), None) => unreachable!("`send` is taken only to be called"),
-        });
+        return Ok(send_aside(|held| {
+            let fds: Vec<BorrowedFd<'_>> = held.iter().map(AsFd::as_fd).collect();
+            send(&[IoSlice::new(buf)], &fds)
+        }));
     };
     let fds = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
@@ -254,7 +245,41 @@ fn walk<T: Serialize + ?Sized, R>(
     });
     buf.clear();
     bytes_seq::serialize_with_flavor(value, Whole(buf))?;
-    Ok(send(&[IoSlice::new(buf)], &fds))
+    Ok(send_aside(|_| send(&[IoSlice::new(buf)], &fds)))
+}
+
+/// Runs `send` (given the table's descriptors) with the thread's table idle
+/// meanwhile: a send may park its fiber while the channel is full, and the
+/// fibers its worker runs then send through the thread's table too. A table
+/// that holds something (descriptors, backlogs, a second walk's counts) is
+/// set aside whole, the usual empty one is only marked idle; either way no
+/// borrow of it is held across `send`, and it is back as it was after.
+fn send_aside<R>(send: impl FnOnce(&[Held]) -> R) -> R {
+    let mine = OUTGOING.try_with(|o| {
+        let mut table = o.borrow_mut();
+        if table.fds.is_empty() && table.backlogs.is_empty() && table.again.is_none() {
+            table.active = false;
+            None
+        } else {
+            Some(std::mem::replace(&mut *table, Outgoing::IDLE))
+        }
+    });
+    // (The table is gone while the thread's locals are torn down: the
+    // message can hold no channel end, and goes without descriptors.)
+    let sent = match &mine {
+        Ok(Some(table)) => send(&table.fds),
+        _ => send(&[]),
+    };
+    if let Ok(mine) = mine {
+        let _ = OUTGOING.try_with(|o| {
+            let mut table = o.borrow_mut();
+            match mine {
+                Some(mine) => *table = mine,
+                None => table.active = true,
+            }
+        });
+    }
+    sent
 }
 
 /// Where a byte string sent from the caller's memory belongs.
@@ -341,7 +366,8 @@ where
                 IoSlice::new(after),
             ];
             let send = self.send.take().expect("sent once: `met` guards");
-            self.sent = Some(send(&parts, self.fds));
+            let fds = self.fds;
+            self.sent = Some(send_aside(|_| send(&parts, fds)));
         }
         Ok(())
     }
