@@ -146,6 +146,98 @@ fn select_and_timeouts_park_the_fiber() {
     });
 }
 
+/// `select!` with deadlines, `send_timeout` and `recv_timeout` between fibers
+/// spread over two workers and a plain thread: every message arrives once,
+/// the timeouts fire on the fibers' own workers, and nothing hangs.
+#[test]
+fn selects_and_timeouts_between_fibers_on_two_workers() {
+    with_watchdog("selects on two workers", Duration::from_secs(120), || {
+        let rt = runtime(2);
+        let (a_tx, a_rx) = chan::bounded::<u64>(1);
+        let (b_tx, b_rx) = chan::bounded::<u64>(0);
+        const PER: u64 = 1_000;
+        let producers: Vec<_> = (0..6u64)
+            .map(|p| {
+                let (a_tx, b_tx) = (a_tx.clone(), b_tx.clone());
+                rt.spawn(move || {
+                    for i in 0..PER {
+                        let mut msg = p * 1_000_000 + i;
+                        // Retries on timeout: the message goes exactly once.
+                        loop {
+                            let sent = match i % 2 {
+                                0 => a_tx.send_timeout(msg, Duration::from_micros(200)),
+                                _ => b_tx.send_timeout(msg, Duration::from_micros(200)),
+                            };
+                            match sent {
+                                Ok(()) => break,
+                                Err(chan::SendTimeoutError::Timeout(m)) => msg = m,
+                                Err(e) => panic!("send: {e:?}"),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        // A plain thread among the senders, on the rendezvous channel.
+        let thread_tx = b_tx.clone();
+        let thread = std::thread::spawn(move || {
+            for i in 0..PER {
+                thread_tx.send(99_000_000 + i).unwrap();
+            }
+        });
+        drop((a_tx, b_tx));
+        let consumers: Vec<_> = (0..3)
+            .map(|_| {
+                let (a_rx, b_rx) = (a_rx.clone(), b_rx.clone());
+                rt.spawn(move || {
+                    let mut got = Vec::new();
+                    let (mut a_open, mut b_open) = (true, true);
+                    while a_open || b_open {
+                        courier::select! {
+                            recv(a_rx) -> m => match m {
+                                Ok(v) => got.push(v),
+                                Err(_) => a_open = false,
+                            },
+                            recv(b_rx) -> m => match m {
+                                Ok(v) => got.push(v),
+                                Err(_) => b_open = false,
+                            },
+                            // A deadline passed: look again.
+                            default(Duration::from_micros(300)) => {},
+                        }
+                        if !a_open {
+                            // One channel gone: the other alone, with a deadline.
+                            match b_rx.recv_timeout(Duration::from_micros(300)) {
+                                Ok(v) => got.push(v),
+                                Err(chan::RecvTimeoutError::Timeout) => {}
+                                Err(chan::RecvTimeoutError::Disconnected) => b_open = false,
+                            }
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        drop((a_rx, b_rx));
+        for p in producers {
+            p.join().unwrap();
+        }
+        thread.join().unwrap();
+        let mut all: Vec<u64> = consumers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        let mut expected: Vec<u64> = (0..6u64)
+            .flat_map(|p| (0..PER).map(move |i| p * 1_000_000 + i))
+            .chain((0..PER).map(|i| 99_000_000 + i))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(all.len(), expected.len(), "every message once");
+        assert_eq!(all, expected);
+    });
+}
+
 #[test]
 fn sleeping_fibers_cost_no_thread() {
     with_watchdog("sleep", Duration::from_secs(60), || {
