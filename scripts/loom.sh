@@ -8,6 +8,5 @@ export RUSTFLAGS="${RUSTFLAGS:-} --cfg loom"
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom"
 cargo test -p courier --release --test chan_loom -- --test-threads=1 "$@"
-# The fiber state word's park/unpark protocol (courier/src/fiber/state.rs), and how a fiber's
-# result meets its joiner (courier/src/fiber/join.rs).
-cargo test -p courier --release --lib -- fiber::state fiber::join --test-threads=1 "$@"
+# How a fiber's result meets its joiner (courier/src/fiber/join.rs).
+cargo test -p courier --release --lib -- fiber::join --test-threads=1 "$@"

@@ -224,6 +224,15 @@ const PICKS: &[Pick] = &[
         floor: Floor::None,
     },
     Pick {
+        label: "fibers: ring of 100 passing one token (a park and a wake-up a hop), one worker",
+        suite: "ring",
+        case: "ring_fiber1_100_w1",
+        metric: "msg_ns",
+        courier: "courier",
+        peers: &["may"],
+        floor: Floor::None,
+    },
+    Pick {
         label: "fibers: hello HTTP server, 256 keep-alive connections (requests/s)",
         suite: "http",
         case: "small_c256",

@@ -1,16 +1,20 @@
-//! The 2012 ring with fibers as its tasks (`courier-bench ring`, cases
-//! `ring_fiber_<n>_w<workers>` and, with one token, `ring_fiber1_...`):
-//! rings of 100, 10,000 and (with `--full`) 100,000 fibers.
+//! The 2012 ring with fibers as its tasks (`courier-bench ring`): rings of
+//! 100, 10,000 and (with `--full`) 100,000 fibers, on one worker and on two.
 //!
-//! In `ring_fiber_*` every fiber sends to the next and then receives from its
-//! own channel, so `n` messages circulate at once; in `ring_fiber1_*` one
-//! token goes round, every hop a hand-off from one fiber to the next. The
-//! channels are `bounded(1)`. Subjects: `courier` (`chan` between fibers of
-//! a runtime of one or two workers), `courier-local` (one worker,
-//! `chan::local` between pinned fibers: no atomics), and `may` (its
-//! coroutines and channels, one or two workers; its unbounded channels, as
-//! it has no bounded one). The clock starts once every fiber
-//! is spawned and waiting at a gate, and stops when the last has finished.
+//! | case | what circulates | channels |
+//! | --- | --- | --- |
+//! | `ring_fiber_<n>_w<workers>` | `n` messages: every fiber sends to the next, then receives from its own channel | unbounded, as may's |
+//! | `ring_fiber1_<n>_w<workers>` | one token: every hop a hand-off from one fiber to the next | courier's `bounded(1)`, may's unbounded: one message never fills a channel, so the two behave alike |
+//! | `ring_fiber_b1_<n>_w<workers>` | `n` messages, as `ring_fiber` | courier's `bounded(1)`: a fiber waits for room in its neighbour's channel; may's stay unbounded (it has no bounded one) |
+//!
+//! Subjects: `courier` (`chan` between fibers of a runtime of one or two
+//! workers), `courier-local` (one worker, `chan::local` between pinned
+//! fibers: no atomics), and `may` (its coroutines and channels, one or two
+//! workers). On unbounded channels the fibers of a ring run in streaks, a
+//! message a turn or many, as their scheduler lets them; a bounded(1) ring
+//! parks and wakes a fiber at nearly every message, which is what
+//! `ring_fiber1` measures alone. The clock starts once every fiber is
+//! spawned and waiting at a gate, and stops when the last has finished.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -21,10 +25,28 @@ use courier::{chan, fiber};
 use super::chan::{measure_interleaved, Runner};
 use crate::harness::{Case, Ctx};
 
+/// The shape of a ring: how many messages circulate, through which
+/// channels.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// One token instead of one message a fiber.
+    one_token: bool,
+    /// courier's channels hold one message (may's are unbounded).
+    bounded1: bool,
+}
+
 /// The ring of `n` fibers on `rt` passing `per_task * n` messages.
-fn courier_ring(rt: &fiber::Runtime, n: usize, per_task: usize, one_token: bool) -> Duration {
+fn courier_ring(rt: &fiber::Runtime, n: usize, per_task: usize, shape: Shape) -> Duration {
+    let Shape {
+        one_token,
+        bounded1,
+    } = shape;
     rt.block_on(move || {
-        let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| chan::bounded::<u64>(1)).unzip();
+        let channel = || match bounded1 {
+            true => chan::bounded::<u64>(1),
+            false => chan::unbounded::<u64>(),
+        };
+        let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
         txs.rotate_left(1);
         let (gate_tx, gate) = chan::bounded::<()>(0);
         let fibers: Vec<_> = txs
@@ -63,11 +85,18 @@ fn courier_ring(rt: &fiber::Runtime, n: usize, per_task: usize, one_token: bool)
 
 /// The same ring on `chan::local` channels between fibers pinned to one
 /// worker.
-fn local_ring(rt: &fiber::Runtime, n: usize, per_task: usize, one_token: bool) -> Duration {
+fn local_ring(rt: &fiber::Runtime, n: usize, per_task: usize, shape: Shape) -> Duration {
+    let Shape {
+        one_token,
+        bounded1,
+    } = shape;
     rt.block_on(move || {
         let inner = fiber::spawn_local(move || {
-            let (mut txs, rxs): (Vec<_>, Vec<_>) =
-                (0..n).map(|_| chan::local::bounded::<u64>(1)).unzip();
+            let channel = || match bounded1 {
+                true => chan::local::bounded::<u64>(1),
+                false => chan::local::channel::<u64>(),
+            };
+            let (mut txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
             txs.rotate_left(1);
             let (gate_tx, gate) = chan::local::bounded::<()>(1);
             let fibers: Vec<_> = txs
@@ -208,13 +237,32 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
     } else {
         &[100, 10_000]
     };
+    let shapes = [
+        (
+            "ring_fiber",
+            Shape {
+                one_token: false,
+                bounded1: false,
+            },
+        ),
+        (
+            "ring_fiber1",
+            Shape {
+                one_token: true,
+                bounded1: true,
+            },
+        ),
+        (
+            "ring_fiber_b1",
+            Shape {
+                one_token: false,
+                bounded1: true,
+            },
+        ),
+    ];
     for &n in sizes {
-        for one_token in [false, true] {
-            let family = if one_token {
-                "ring_fiber1"
-            } else {
-                "ring_fiber"
-            };
+        for (family, shape) in shapes {
+            let one_token = shape.one_token;
             for workers in [1, 2] {
                 let case = Case::new(format!("{family}_{n}_w{workers}")).tasks(n as u64);
                 let rt = if workers == 1 {
@@ -224,7 +272,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
                 };
                 let mut subjects: Vec<(&'static str, Runner)> = vec![(
                     "courier",
-                    Box::new(move |m| Some(courier_ring(&rt, n, (m / n).max(1), one_token))),
+                    Box::new(move |m| Some(courier_ring(&rt, n, (m / n).max(1), shape))),
                 )];
                 if workers == 2 && may_fits(n) {
                     subjects.push((
@@ -236,7 +284,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
                     let local = one.clone();
                     subjects.push((
                         "courier-local",
-                        Box::new(move |m| Some(local_ring(&local, n, (m / n).max(1), one_token))),
+                        Box::new(move |m| Some(local_ring(&local, n, (m / n).max(1), shape))),
                     ));
                     if may_fits(n) {
                         subjects.push((
@@ -251,10 +299,12 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> crate::harness::Result<()> {
         }
     }
     ctx.note(format!(
-        "fiber rings: {messages} messages a sample, bounded(1) channels; ring_fiber: every fiber \
-         sends then receives (n messages circulate), ring_fiber1: one token (a hand-off a hop); \
-         w1/w2: one or two worker threads (may's two-worker rings run in a child process: its \
-         worker count is process-wide)"
+        "fiber rings: {messages} messages a sample; ring_fiber: every fiber sends then receives \
+         (n messages circulate), unbounded channels (as may's); ring_fiber1: one token (a \
+         hand-off a hop; courier's bounded(1) channels, which one token never fills, may's \
+         unbounded ones); ring_fiber_b1: as ring_fiber on courier's bounded(1) channels (may's \
+         stay unbounded: it has no bounded one); w1/w2: one or two worker threads (may's \
+         two-worker rings run in a child process: its worker count is process-wide)"
     ));
     Ok(())
 }

@@ -361,17 +361,22 @@ impl Context {
     /// thread, nor a task of another scheduler run inside a fiber.
     #[cfg(not(loom))]
     pub(crate) fn current_is_fiber() -> bool {
-        Context::current_task().is_some_and(|task| {
-            // SAFETY: `current_task` returns only installed pointers, which are live now.
-            let task = unsafe { &*task };
-            matches!(&task.inner.parker, Parker::Task(parker) if parker.queues_only())
-        })
+        // SAFETY: `current_task` returns only installed pointers, which are live now.
+        Context::current_task().is_some_and(|task| unsafe { &*task }.stays_in_place())
     }
 
     /// loom builds have no scheduler tasks.
     #[cfg(loom)]
     pub(crate) fn current_is_fiber() -> bool {
         false
+    }
+
+    /// Does this context stay at its address until its task finishes? (The context of one of
+    /// the crate's fibers, kept in its control block: see [`TaskContext::shared`].)
+    #[inline]
+    #[cfg_attr(loom, allow(dead_code))] // `chan::local` is left out of loom builds
+    pub(crate) fn stays_in_place(&self) -> bool {
+        matches!(&self.inner.parker, Parker::Task(parker) if parker.queues_only())
     }
 
     /// Wakes the task (after its claim word was set).
@@ -558,7 +563,8 @@ impl TaskContext {
     }
 
     /// The context of one of the crate's fibers, which is its own `Park` (its control block,
-    /// shared), and whose `unpark` only queues it.
+    /// shared), whose `unpark` only queues it, and which keeps the context in place (in its
+    /// control block) until it finishes.
     pub(crate) fn shared(parker: std::sync::Arc<dyn Park>) -> TaskContext {
         TaskContext::with_parker(parker, true)
     }

@@ -82,10 +82,34 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 /// A parked task: lives on the blocked operation's stack while it is queued.
 struct Waiter {
     woken: Cell<bool>,
-    /// The task's own handle, not a pointer into its `TaskContext`, which its scheduler may
-    /// move or drop while the task is suspended.
     #[cfg(not(loom))]
-    task: Context,
+    task: TaskRef,
+}
+
+/// How a waker reaches a parked task.
+#[cfg(not(loom))]
+enum TaskRef {
+    /// One of the crate's fibers: its context stays in place until the fiber finishes, which
+    /// it cannot do while it waits here, so a waiter borrows it (no reference count).
+    InPlace(*const Context),
+    /// Any other task: its own handle, not a pointer into its `TaskContext`, which its
+    /// scheduler may move or drop while the task is suspended.
+    Counted(Context),
+}
+
+#[cfg(not(loom))]
+impl TaskRef {
+    #[allow(unsafe_code)]
+    #[inline]
+    fn get(&self) -> &Context {
+        match self {
+            // SAFETY: an `InPlace` context outlives the wait (see the variant), and the
+            // waiter is read only while the wait lasts: by its owner, or by a waker before
+            // it sets `woken`.
+            TaskRef::InPlace(cx) => unsafe { &**cx },
+            TaskRef::Counted(cx) => cx,
+        }
+    }
 }
 
 struct Shared<T> {
@@ -197,10 +221,14 @@ impl Side {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return false;
         }
+        // SAFETY: `current_task` returns only installed pointers, which are live now.
+        let cx = unsafe { &*task };
         let waiter = Waiter {
             woken: Cell::new(false),
-            // SAFETY: `current_task` returns only installed pointers, which are live now.
-            task: unsafe { &*task }.clone(),
+            task: match cx.stays_in_place() {
+                true => TaskRef::InPlace(task),
+                false => TaskRef::Counted(cx.clone()),
+            },
         };
         self.waiting.set(true);
         self.parked.borrow_mut().push_back(&waiter);
@@ -221,7 +249,7 @@ impl Side {
                 // this one off the list.
                 return false;
             }
-            waiter.task.park(deadline);
+            waiter.task.get().park(deadline);
         }
         true
     }
@@ -241,15 +269,16 @@ fn wake(w: *const Waiter) {
     let w = unsafe { &*w };
     #[cfg(not(loom))]
     {
-        if w.task.unpark_only_queues() {
+        let task = w.task.get();
+        if task.unpark_only_queues() {
             // The owner (a task of this thread: a local channel does not leave it) runs
-            // after this returns: its frame outlives the call.
+            // after this returns: its frame, and an in-place context, outlive the call.
             w.woken.set(true);
-            w.task.unpark();
+            task.unpark();
         } else {
             // Through our own handle: should `unpark` run the woken task, its frame goes
-            // meanwhile.
-            let task = w.task.clone();
+            // meanwhile. (A task whose unpark may run it keeps a counted handle.)
+            let task = task.clone();
             w.woken.set(true);
             task.unpark();
         }

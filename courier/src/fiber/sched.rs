@@ -22,22 +22,29 @@
 //! Every fiber runs inside its own [`TaskContext`]: a channel operation that
 //! must wait calls [`Park::park`] on the fiber, which suspends the coroutine
 //! back to the worker; [`Park::unpark`], from any thread, puts it back on a
-//! run queue. A fiber's state word makes the two meet without a lock:
+//! run queue. A fiber's state word makes the two meet:
 //!
 //! ```text
-//!   QUEUED --run--> RUNNING --park (suspends)--> PARKED --unpark--> QUEUED
-//!                     |  ^                                           ^
-//!              unpark |  | park returns at once                      |
-//!                     v  |                                           |
-//!                   NOTIFIED --park (suspends)-- the worker sees the token, requeues
+//!   QUEUED --run--> RUNNING --park (suspends)--> PARKED --wake-up--> QUEUED
+//!                     |  ^
+//!             wake-up |  | park returns at once
+//!                     v  |
+//!                   NOTIFIED
 //! ```
 //!
-//! An `unpark` that finds the fiber running leaves a token (`NOTIFIED`), so
+//! A wake-up that finds the fiber running leaves a token (`NOTIFIED`), so
 //! the wake-up of a park that has not happened yet is not lost; one that
-//! finds it parked moves it to `QUEUED` and queues it, exactly once (a
-//! compare-and-swap). A park with a deadline also puts a timer on the
-//! worker's heap, which unparks the fiber when it fires (a spurious wake-up
-//! if the fiber was woken before, which the channel's re-check absorbs).
+//! finds it parked queues it, exactly once.
+//!
+//! Only the fiber's home worker reads or writes the word, so it is a plain
+//! `Cell`: a park and a wake-up between two fibers of one worker (a
+//! `chan::local` message, a join, a timer) cost no locked instruction. A
+//! wake-up from another thread does not touch the word: it sends the fiber
+//! (counted) to its home worker's inbox, and the worker applies it when it
+//! next looks there (when it runs out of ready fibers, and every
+//! [`POLL_EVERY`] turns). A park with a deadline also puts a timer on the
+//! worker's heap, which wakes the fiber when it fires (a spurious wake-up if
+//! it was woken before, which the channel's re-check absorbs).
 #![allow(unsafe_code)]
 
 use std::any::Any;
@@ -76,7 +83,8 @@ const NO_HOME: usize = usize::MAX;
 
 /// A fiber: its coroutine and its scheduling state.
 pub(crate) struct Fiber {
-    /// Queued, running, notified or parked (see the module docs).
+    /// Queued, running, notified or parked (see the module docs): touched
+    /// only by the thread that runs the fiber.
     state: State,
     name: Option<Box<str>>,
     /// The worker it runs on once started ([`NO_HOME`] before).
@@ -98,15 +106,16 @@ struct Running {
     task: Option<TaskContext>,
 }
 
-// SAFETY: the fields a fiber shares between threads are the atomic state
-// and home, its name and the runtime's `Shared` (all `Sync`); `run` and
-// `yielder` are touched only by the one worker running the fiber, and the
-// fiber itself. Before it starts, its coroutine holds only the `Send`
-// closure it starts from, and may move to any worker (taken off a run queue,
-// which hands it over with the queue's own synchronisation); once started it
-// never leaves its home worker (see the module docs), and one made with
-// `spawn_local` (a closure that need not be `Send`) has its home from the
-// start.
+// SAFETY: the fields a fiber shares between threads are its home, its
+// name, its join slot and the runtime's `Shared` (all `Sync`); `state`,
+// `run` and `yielder` are touched only by the one worker running the fiber
+// (its home once started: a wake-up from elsewhere goes through that
+// worker's inbox, see `unpark`), and the fiber itself. Before it starts,
+// its coroutine holds only the `Send` closure it starts from, and may move
+// to any worker (taken off a run queue, which hands it over with the
+// queue's own synchronisation); once started it never leaves its home
+// worker (see the module docs), and one made with `spawn_local` (a closure
+// that need not be `Send`) has its home from the start.
 unsafe impl Send for Fiber {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Fiber {}
@@ -131,9 +140,7 @@ impl Park for Fiber {
     }
 
     fn unpark(&self) {
-        if self.state.unpark() {
-            schedule(self);
-        }
+        unpark(self);
     }
 
     fn yield_now(&self) {
@@ -154,11 +161,10 @@ impl Park for Fiber {
 
 /// Suspends the running fiber `fiber` until it is unparked (or `deadline`).
 pub(super) fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
-    // A token left by an `unpark` while it ran: consumed, no suspension.
-    if fiber.state.take_token() {
-        return;
+    // A token left by a wake-up while it ran: consumed, no suspension.
+    if fiber.state.park() {
+        suspend(fiber, Suspend::Park(deadline));
     }
-    suspend(fiber, Suspend::Park(deadline));
 }
 
 /// Switches from the running fiber back to its worker.
@@ -170,11 +176,43 @@ fn suspend(fiber: &Fiber, why: Suspend) {
     unsafe { &*yielder }.suspend(why);
 }
 
-/// Makes `fiber`'s current or next park return.
+/// Makes `fiber`'s current or next park return (see the module docs): on
+/// its home worker at once; from anywhere else through that worker's inbox.
 pub(super) fn unpark(fiber: &Fiber) {
-    if fiber.state.unpark() {
-        schedule(fiber);
+    let home = fiber.home.load(Ordering::Relaxed);
+    if let Some(w) = this_worker(&fiber.rt).filter(|w| w.index == home) {
+        wake_here(w, fiber);
+        return;
     }
+    if home == NO_HOME {
+        // It has not started, so it waits for nothing: the wake-up is a
+        // stale one (a peer that still held its context), and is dropped.
+        // (A fiber that parked has its home: whoever wakes it learned of
+        // the park after the home was set, through what it waited on.)
+        return;
+    }
+    let rt = &fiber.rt;
+    rt.inboxes[home].push(counted(fiber));
+    rt.wake(home);
+}
+
+/// A wake-up of `fiber`, at home on `w`, the calling thread's worker.
+#[inline]
+fn wake_here(w: &WorkerState, fiber: &Fiber) {
+    if fiber.state.unpark() {
+        w.pinned.borrow_mut().push_back(Queued::new(fiber));
+    }
+}
+
+/// The calling thread's worker, if it is one of `rt`'s.
+#[inline]
+fn this_worker(rt: &Arc<Shared>) -> Option<&'static WorkerState> {
+    let here = WORKER.with(Cell::get);
+    // SAFETY: a non-null pointer names this thread's worker, alive while it
+    // runs (the pointer is cleared before it goes); the callers use it only
+    // within their own call.
+    let here = (!here.is_null()).then(|| unsafe { &*here });
+    here.filter(|w| Arc::ptr_eq(&w.rt, rt))
 }
 
 /// A fiber on a run queue: its address, not a count. A fiber is alive from
@@ -202,8 +240,9 @@ pub(crate) struct Shared {
     injector: Injector<Queued>,
     /// Each worker's queue, for stealing.
     stealers: Vec<Stealer<Queued>>,
-    /// Each worker's inbox of pinned fibers woken from elsewhere.
-    inboxes: Vec<Injector<Queued>>,
+    /// Each worker's inbox: wake-ups, from other threads, of fibers at home
+    /// there.
+    inboxes: Vec<Injector<Arc<Fiber>>>,
     /// Each worker's `epoll` instance and the `eventfd` that wakes it.
     pub(super) reactors: Vec<Arc<Reactor>>,
     /// Workers asleep, by index.
@@ -261,36 +300,27 @@ impl Shared {
     }
 }
 
-/// Queues a fiber to run: on this worker if the caller is one of its
-/// runtime's (and the fiber may run here), else where its runtime finds it.
-fn schedule(fiber: &Fiber) {
-    let here = WORKER.with(Cell::get);
-    // SAFETY: a non-null pointer names this thread's worker, alive while it
-    // runs (the pointer is cleared before it goes).
-    let here = (!here.is_null()).then(|| unsafe { &*here });
-    let here = here.filter(|w| Arc::ptr_eq(&w.rt, &fiber.rt));
-    let home = fiber.home.load(Ordering::Relaxed);
-    if let Some(w) = here.filter(|w| w.index == home) {
-        // The usual case, a fiber woken by another of its worker's: no
-        // shared queue, no atomic.
-        w.pinned.borrow_mut().push_back(Queued::new(fiber));
-        return;
-    }
-    // Its own count of the runtime: once queued, the fiber may run and
-    // finish elsewhere before this returns.
-    let rt = Arc::clone(&fiber.rt);
-    let fiber = Queued::new(fiber);
-    match (here, home) {
+/// Queues a new fiber to run: on the calling worker if it is one of the
+/// fiber's runtime's (and the fiber may run there), else where its runtime
+/// finds it. (A new fiber whose home is another worker was made parked, and
+/// is queued there by its first wake-up.)
+fn queue_new(fiber: &Arc<Fiber>) {
+    let rt = &fiber.rt;
+    let here = this_worker(rt);
+    match (here, fiber.home.load(Ordering::Relaxed)) {
         (Some(w), NO_HOME) => {
-            w.local.push(fiber);
+            w.local.push(Queued::new(fiber));
             rt.wake_one();
         }
         (None, NO_HOME) => {
-            rt.injector.push(fiber);
+            rt.injector.push(Queued::new(fiber));
             rt.wake_one();
         }
+        (Some(w), home) if w.index == home => {
+            w.pinned.borrow_mut().push_back(Queued::new(fiber));
+        }
         (_, home) => {
-            rt.inboxes[home].push(fiber);
+            rt.inboxes[home].push(Arc::clone(fiber));
             rt.wake(home);
         }
     }
@@ -448,8 +478,15 @@ where
             catch_unwind(AssertUnwindSafe(f)).map(|value| Box::new(value) as Box<dyn Any>);
         me.join.finish(outcome);
     });
+    // A fiber for another thread's worker waits there for the wake-up that
+    // queues it (only its home touches its state).
+    let here = this_worker(rt).map(|w| w.index);
+    let state = match home {
+        Some(home) if here != Some(home) => State::parked(),
+        _ => State::queued(),
+    };
     let fiber = Arc::new(Fiber {
-        state: State::queued(),
+        state,
         name: name.map(String::into_boxed_str),
         home: AtomicUsize::new(home.unwrap_or(NO_HOME)),
         rt: Arc::clone(rt),
@@ -463,7 +500,7 @@ where
     let task = TaskContext::shared(Arc::clone(&fiber) as Arc<dyn Park>);
     // SAFETY: no one else has the fiber yet.
     unsafe { (*fiber.run.get()).task = Some(task) };
-    schedule(&fiber);
+    queue_new(&fiber);
     Ok(fiber)
 }
 
@@ -505,21 +542,17 @@ fn run(w: &WorkerState, queued: Queued) {
             w.turn.set(false);
         }
         CoroutineResult::Yield(Suspend::Park(deadline)) => {
-            if fiber.state.commit_park() {
-                if let Some(at) = deadline {
-                    let seq = w.timer_seq.get();
-                    w.timer_seq.set(seq + 1);
-                    let timer = Timer {
-                        at,
-                        seq,
-                        fiber: counted(fiber),
-                    };
-                    w.timers.borrow_mut().push(Reverse(timer));
-                }
-            } else {
-                // Woken while it was on its way to park: run it again (its
-                // park returns).
-                requeue(w, fiber);
+            // Parked (its park set the state before it suspended): a wake-up
+            // queues it. A deadline also wakes it.
+            if let Some(at) = deadline {
+                let seq = w.timer_seq.get();
+                w.timer_seq.set(seq + 1);
+                let timer = Timer {
+                    at,
+                    seq,
+                    fiber: counted(fiber),
+                };
+                w.timers.borrow_mut().push(Reverse(timer));
             }
         }
         CoroutineResult::Return(()) => {
@@ -570,10 +603,12 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
     if found.is_some() {
         return found;
     }
-    loop {
-        if let Steal::Success(f) = w.rt.inboxes[w.index].steal() {
+    if take_wake_ups(w) {
+        if let Some(f) = w.pinned.borrow_mut().pop_front() {
             return Some(f);
         }
+    }
+    loop {
         let mut retry = false;
         match w.rt.injector.steal_batch_and_pop(&w.local) {
             Steal::Success(f) => return Some(f),
@@ -595,16 +630,29 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
     }
 }
 
-/// Moves the fibers queued for worker `w` by other threads (its inbox, up to
-/// a batch, and a batch of the injector's) behind the ones ready here.
-fn take_queued_elsewhere(w: &WorkerState) {
+/// Applies the wake-ups other threads sent worker `w` (up to
+/// [`POLL_EVERY`] of them): `true` if any came.
+fn take_wake_ups(w: &WorkerState) -> bool {
+    let inbox = &w.rt.inboxes[w.index];
+    let mut any = false;
     for _ in 0..POLL_EVERY {
-        match w.rt.inboxes[w.index].steal() {
-            Steal::Success(f) => w.pinned.borrow_mut().push_back(f),
+        match inbox.steal() {
+            Steal::Success(fiber) => {
+                wake_here(w, &fiber);
+                any = true;
+            }
             Steal::Empty => break,
             Steal::Retry => {}
         }
     }
+    any
+}
+
+/// Takes the work other threads made for worker `w` (the wake-ups in its
+/// inbox, and a batch of the injector's new fibers) behind the fibers ready
+/// here.
+fn take_queued_elsewhere(w: &WorkerState) {
+    take_wake_ups(w);
     if let Steal::Success(f) = w.rt.injector.steal_batch_and_pop(&w.local) {
         w.local.push(f);
     }
