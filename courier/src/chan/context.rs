@@ -154,11 +154,20 @@ impl Context {
     #[inline]
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
         // The `curlwp` read: one thread-local load, no call chain.
-        if let Some(cx) = Context::current_task() {
+        if let Some(task) = Context::current_task() {
+            // SAFETY: `current_task` returns only installed pointers, which are live now.
+            let task = unsafe { &*task };
             // The operation keeps a handle of its own (one reference count): once the task
             // suspends, its scheduler may move or drop the `TaskContext` the pointer names.
-            // SAFETY: `current_task` returns only installed pointers, which are live now.
-            let cx = &unsafe { &*cx }.clone();
+            // Not so one of the crate's fibers, whose context stays in place until it finishes.
+            let counted;
+            let cx = match task.stays_in_place() {
+                true => task,
+                false => {
+                    counted = task.clone();
+                    &counted
+                }
+            };
             // An operation that the task's own `Park` runs (the scheduler's, while the task
             // waits: `current_task` leaves those out), or one nested in another of its
             // operations (a message's `Drop` that blocks), must not reset the waiting
@@ -342,9 +351,9 @@ impl Context {
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn current_task() -> Option<*const Context> {
-        let task = CURRENT_TASK.get();
+        let mut task = CURRENT_TASK.get();
         if task.is_null() {
-            return None;
+            task = LazyTaskContext::make_current()?;
         }
         // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as long
         // as the pointer stays installed, and restores the previous value (even on unwind)
@@ -361,8 +370,14 @@ impl Context {
     /// thread, nor a task of another scheduler run inside a fiber.
     #[cfg(not(loom))]
     pub(crate) fn current_is_fiber() -> bool {
-        // SAFETY: `current_task` returns only installed pointers, which are live now.
-        Context::current_task().is_some_and(|task| unsafe { &*task }.stays_in_place())
+        let task = CURRENT_TASK.get();
+        if task.is_null() {
+            // A fiber whose context is not made yet.
+            return !LAZY_TASK.get().is_null();
+        }
+        // SAFETY: a non-null pointer is live (see `current_task`).
+        let task = unsafe { &*task };
+        task.stays_in_place() && !matches!(&task.inner.parker, Parker::Task(p) if p.is_inside())
     }
 
     /// loom builds have no scheduler tasks.
@@ -400,6 +415,9 @@ thread_local! {
     /// The context of the task a scheduler is running on this thread; null: the thread itself.
     /// Const-initialised, so reading it is a single `%fs`-relative load.
     static CURRENT_TASK: std::cell::Cell<*const Context> = const { std::cell::Cell::new(std::ptr::null()) };
+
+    /// The running fiber whose context is made on first use, when `CURRENT_TASK` is null.
+    static LAZY_TASK: std::cell::Cell<*const LazyTaskContext> = const { std::cell::Cell::new(std::ptr::null()) };
 
     /// This thread's own context, reused by its blocking operations (taken while in use).
     static THREAD_CONTEXT: std::cell::Cell<Option<Context>> = const { std::cell::Cell::new(None) };
@@ -616,6 +634,78 @@ impl TaskContext {
     #[cfg(loom)]
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         f()
+    }
+}
+
+/// The task context of one of the crate's fibers, made the first time a channel operation of
+/// the fiber asks for it: a fiber that never waits on a channel (one that computes, sleeps,
+/// joins, or waits on a socket) costs no context, no allocation and no reference count.
+pub(crate) struct LazyTaskContext {
+    task: std::cell::OnceCell<TaskContext>,
+    /// Makes the context (run by the fiber itself, inside its own turn).
+    #[cfg_attr(loom, allow(dead_code))] // called through `LAZY_TASK`, left out of loom builds
+    make: fn() -> TaskContext,
+}
+
+impl LazyTaskContext {
+    pub(crate) const fn new(make: fn() -> TaskContext) -> LazyTaskContext {
+        LazyTaskContext {
+            task: std::cell::OnceCell::new(),
+            make,
+        }
+    }
+
+    /// Runs one turn of the task: its context (made now or later, on first use) is the
+    /// thread's current one until the turn ends. For a scheduler's worker, whose own thread
+    /// runs no task: the turn leaves none installed.
+    #[cfg(not(loom))]
+    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Uninstalls the task when the turn ends, on unwind too.
+        struct Uninstall;
+        impl Drop for Uninstall {
+            fn drop(&mut self) {
+                CURRENT_TASK.set(std::ptr::null());
+                LAZY_TASK.set(std::ptr::null());
+            }
+        }
+        let made = self
+            .task
+            .get()
+            .map_or(std::ptr::null(), |t| &t.cx as *const Context);
+        CURRENT_TASK.set(made);
+        LAZY_TASK.set(self);
+        let _uninstall = Uninstall;
+        f()
+    }
+
+    /// loom models have no current task: `f` runs as the thread.
+    #[cfg(loom)]
+    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// Takes the context, if it was made (the task has finished: whoever still holds a handle
+    /// of it keeps it alive).
+    pub(crate) fn take(&mut self) -> Option<TaskContext> {
+        self.task.take()
+    }
+
+    /// The context of the lazily made task running on this thread, made now if it is not yet,
+    /// and installed as the current one; `None` if no such task runs.
+    #[cfg(not(loom))]
+    #[cold]
+    fn make_current() -> Option<*const Context> {
+        let lazy = LAZY_TASK.get();
+        if lazy.is_null() {
+            return None;
+        }
+        // SAFETY: `run_turn` installs a pointer to itself for the length of a call that
+        // borrows it, and clears it (on unwind too) when the call ends; so a non-null pointer
+        // is live here.
+        let lazy = unsafe { &*lazy };
+        let task: *const Context = &lazy.task.get_or_init(lazy.make).cx;
+        CURRENT_TASK.set(task);
+        Some(task)
     }
 }
 

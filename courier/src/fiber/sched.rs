@@ -66,7 +66,7 @@ use super::join::JoinSlot;
 use super::reactor::{poll_reactor, waits_for_io, Reactor};
 use super::stack::{self, PooledStack};
 use super::state::State;
-use crate::chan::{Park, TaskContext};
+use crate::chan::{LazyTaskContext, Park, TaskContext};
 
 /// Why a fiber suspended.
 enum Suspend {
@@ -101,9 +101,10 @@ pub(crate) struct Fiber {
 
 struct Running {
     coroutine: Option<Coro>,
-    /// The fiber's side of `chan`'s seam; dropped when it finishes (it holds
-    /// the fiber through its `Park`).
-    task: Option<TaskContext>,
+    /// The fiber's side of `chan`'s seam, made on its first channel
+    /// operation that asks for it; let go when it finishes (it counts the
+    /// fiber, its `Park`).
+    task: LazyTaskContext,
 }
 
 // SAFETY: the fields a fiber shares between threads are its home, its
@@ -133,7 +134,7 @@ impl Drop for Running {
     }
 }
 
-/// A fiber is its own `Park` (its task context shares the fiber's `Arc`).
+/// A fiber is its own `Park` (its task context counts the fiber).
 impl Park for Fiber {
     fn park(&self, deadline: Option<Instant>) {
         park_current(self, deadline);
@@ -216,8 +217,8 @@ fn this_worker(rt: &Arc<Shared>) -> Option<&'static WorkerState> {
 }
 
 /// A fiber on a run queue: its address, not a count. A fiber is alive from
-/// its spawn until it finishes (its task context holds it: it is its own
-/// `Park`), and is queued only in between, so a queued fiber is alive; and
+/// its spawn until it finishes (it counts itself meanwhile, see `spawn_on`),
+/// and is queued only in between, so a queued fiber is alive; and
 /// it is queued once at a time (its state word says who queues it). So a
 /// wake-up costs no reference count.
 struct Queued(NonNull<Fiber>);
@@ -493,15 +494,22 @@ where
         yielder: Cell::new(std::ptr::null()),
         run: UnsafeCell::new(Running {
             coroutine: Some(coroutine),
-            task: None,
+            task: LazyTaskContext::new(make_task),
         }),
         join: JoinSlot::new(),
     });
-    let task = TaskContext::shared(Arc::clone(&fiber) as Arc<dyn Park>);
-    // SAFETY: no one else has the fiber yet.
-    unsafe { (*fiber.run.get()).task = Some(task) };
+    // The fiber counts itself until it finishes (`run` lets the count go):
+    // a queued or parked fiber is alive whoever else holds it.
+    std::mem::forget(Arc::clone(&fiber));
     queue_new(&fiber);
     Ok(fiber)
+}
+
+/// The `chan` task context of the running fiber (made by the fiber, on its
+/// first channel operation that asks for it).
+fn make_task() -> TaskContext {
+    let me = current().expect("a fiber makes its own task context");
+    TaskContext::shared(counted(me) as Arc<dyn Park>)
 }
 
 impl Fiber {
@@ -525,14 +533,12 @@ fn run(w: &WorkerState, queued: Queued) {
     // it or touches `run` until it is queued again, which only this worker
     // does, after the turn.
     let running = unsafe { &mut *fiber.run.get() };
-    let Running {
-        coroutine, task, ..
-    } = running;
-    let (Some(coroutine), Some(task)) = (coroutine.as_mut(), task.as_ref()) else {
+    let Running { coroutine, task } = running;
+    let Some(coroutine) = coroutine.as_mut() else {
         CURRENT.with(|c| c.set(std::ptr::null()));
         return;
     };
-    let turn = task.run(|| coroutine.resume(()));
+    let turn = task.run_turn(|| coroutine.resume(()));
     CURRENT.with(|c| c.set(std::ptr::null()));
     match turn {
         CoroutineResult::Yield(Suspend::Yield) => {
@@ -557,16 +563,17 @@ fn run(w: &WorkerState, queued: Queued) {
         }
         CoroutineResult::Return(()) => {
             // Done: the stack goes back to the pool, and the fiber's task
-            // (which holds the fiber, its `Park`) is let go.
+            // context (which counts the fiber, its `Park`) and its count of
+            // itself are let go.
             // SAFETY: as above; the coroutine finished on this worker.
             let running = unsafe { &mut *fiber.run.get() };
             if let Some(coroutine) = running.coroutine.take() {
                 drop(coroutine.into_stack());
             }
-            // Taken out before it goes: it may hold the last count of the
-            // fiber, whose memory goes with it.
-            let task = running.task.take();
-            drop(task);
+            drop(running.task.take());
+            // SAFETY: the count `spawn_on` left the fiber until it finished;
+            // this may be the last, and nothing here touches the fiber after.
+            unsafe { Arc::decrement_strong_count(queued.0.as_ptr()) };
         }
     }
 }
