@@ -311,7 +311,10 @@ fn queue_new(fiber: &Arc<Fiber>) {
     match (here, fiber.home.load(Ordering::Relaxed)) {
         (Some(w), NO_HOME) => {
             w.local.push(Queued::new(fiber));
-            rt.wake_one();
+            // Another worker may steal it (a runtime of one has no other).
+            if rt.stealers.len() > 1 {
+                rt.wake_one();
+            }
         }
         (None, NO_HOME) => {
             rt.injector.push(Queued::new(fiber));
