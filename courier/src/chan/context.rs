@@ -5,10 +5,13 @@
 //! context" ([`Context::with`]), which is **one thread-local load** of the pointer a scheduler
 //! installs with [`TaskContext::run`] when it resumes a fiber (as the NetBSD rump kernel inlines
 //! its `curlwp`), and falls back to the thread's own cached context when that pointer is null.
+//! The crate's own fibers install a [`LazyTaskContext`] instead, whose context is made (and
+//! installed) when an operation first asks for it.
 //!
-//! A context is reference counted (`Arc`): the waker holds a clone, so it may unpark a task that
-//! already saw its claim and returned (the unpark is then a spurious wake-up of its *next* wait,
-//! which re-checks its claim word and parks again).
+//! A context is reference counted (`Arc`): a waker on a wait list holds a clone, so it may
+//! unpark a task that already saw its claim and returned (the unpark is then a spurious wake-up
+//! of its *next* wait, which re-checks its claim word and parks again). A `chan::local` waiter,
+//! whose waker runs on its own thread, borrows a fiber's context instead.
 //!
 //! This is crossbeam-channel's `Context` (`crossbeam-channel/src/context.rs`), written here for
 //! tasks that are threads *or* fibers.
@@ -149,7 +152,7 @@ impl Context {
     }
 
     /// Runs `f` with the context of the current task: the fiber a scheduler installed with
-    /// [`TaskContext::run`], else the thread's own (cached) context.
+    /// [`TaskContext::run`] (or a [`LazyTaskContext`]), else the thread's own (cached) context.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
@@ -357,12 +360,26 @@ impl Context {
         }
         // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as long
         // as the pointer stays installed, and restores the previous value (even on unwind)
-        // before that borrow ends; so a non-null pointer is live here.
+        // before that borrow ends; `LazyTaskContext` installs its own for one turn, and clears
+        // it (even on unwind) when the turn ends; so a non-null pointer is live here.
         let inside = match &unsafe { &*task }.inner.parker {
             Parker::Task(parker) => parker.is_inside(),
             Parker::Thread(_) => false,
         };
         (!inside).then_some(task)
+    }
+
+    /// Whether a scheduler task (not the thread itself) runs on this thread, without making a
+    /// lazily made task's context. (As [`current_task`](Self::current_task), a task inside
+    /// one of its own `Park` methods counts as the thread.)
+    #[cfg(not(loom))]
+    pub(crate) fn in_task() -> bool {
+        let task = CURRENT_TASK.get();
+        if task.is_null() {
+            return !LAZY_TASK.get().is_null();
+        }
+        // SAFETY: a non-null pointer is live (see `current_task`).
+        !matches!(&unsafe { &*task }.inner.parker, Parker::Task(p) if p.is_inside())
     }
 
     /// Whether the running task is one of the crate's fibers (a
@@ -518,12 +535,25 @@ pub(crate) fn yield_current() {
 #[inline]
 pub(crate) fn current_task_id() -> usize {
     #[cfg(not(loom))]
-    if let Some(cx) = Context::current_task() {
-        // SAFETY: `current_task` returns only installed pointers, which are live.
-        return unsafe { &*cx }.task_id();
+    {
+        if CURRENT_TASK.get().is_null() && !LAZY_TASK.get().is_null() {
+            // A fiber whose context is not made yet has no operation registered anywhere, so
+            // it needs an id that matches none (and asking must not make its context: a
+            // sender waking a receiver asks, under the channel's lock).
+            return NO_TASK_ID;
+        }
+        if let Some(cx) = Context::current_task() {
+            // SAFETY: `current_task` returns only installed pointers, which are live.
+            return unsafe { &*cx }.task_id();
+        }
     }
     current_thread_id()
 }
+
+/// The id of a task that has no context yet: never handed out ([`next_task_id`] counts up from
+/// 3 and would take centuries to get here).
+#[cfg(not(loom))]
+const NO_TASK_ID: usize = usize::MAX;
 
 // ===== TaskContext: the scheduler's side of the seam =====
 

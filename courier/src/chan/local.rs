@@ -22,8 +22,9 @@
 //!
 //! # Blocking
 //!
-//! A blocking operation that cannot complete parks the **current scheduler task** (installed by
-//! a fiber scheduler with [`TaskContext::run`](super::TaskContext::run)); the peer that makes
+//! A blocking operation that cannot complete parks the **current scheduler task** (a courier
+//! fiber, or a task another scheduler installs with
+//! [`TaskContext::run`](super::TaskContext::run)); the peer that makes
 //! it ready wakes it with [`Park::unpark`](super::Park::unpark). Outside a task nothing else on
 //! the thread could ever make it ready, so instead of deadlocking it panics (use the `try_`
 //! operations there). A timed operation outside a task sleeps the thread until its deadline

@@ -19,10 +19,11 @@
 //! [`spawn_local`](super::spawn_local) has its home from the start.
 //!
 //! # Parking: the fiber's side of `chan`'s seam
-//! Every fiber runs inside its own [`TaskContext`]: a channel operation that
-//! must wait calls [`Park::park`] on the fiber, which suspends the coroutine
-//! back to the worker; [`Park::unpark`], from any thread, puts it back on a
-//! run queue. A fiber's state word makes the two meet:
+//! Every fiber runs as a `chan` task (its [`TaskContext`], made on its first
+//! channel operation that asks for it): a channel operation that must wait
+//! calls [`Park::park`] on the fiber, which suspends the coroutine back to
+//! the worker; [`Park::unpark`], from any thread, makes it ready again. A
+//! fiber's state word makes the two meet:
 //!
 //! ```text
 //!   QUEUED --run--> RUNNING --park (suspends)--> PARKED --wake-up--> QUEUED
@@ -125,9 +126,10 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Some(coroutine) = self.coroutine.take() {
             if coroutine.started() && !coroutine.done() {
-                // A fiber suspended for good (its runtime stopped while it
-                // waited): its stack holds state that peers may still point
-                // into; it is leaked, as a thread blocked forever would be.
+                // A fiber suspended for good is not dropped (it counts
+                // itself until it finishes); should one be, its stack holds
+                // state that peers may still point into: it is leaked, as a
+                // thread blocked forever would be.
                 std::mem::forget(coroutine);
             }
         }
@@ -186,10 +188,10 @@ pub(super) fn unpark(fiber: &Fiber) {
         return;
     }
     if home == NO_HOME {
-        // It has not started, so it waits for nothing: the wake-up is a
-        // stale one (a peer that still held its context), and is dropped.
-        // (A fiber that parked has its home: whoever wakes it learned of
-        // the park after the home was set, through what it waited on.)
+        // It has not started, so it waits for nothing. (A fiber that parked
+        // has its home: whoever wakes it learned of the park through what
+        // it waited on, after the home was set.)
+        debug_assert!(false, "a wake-up for a fiber that has not started");
         return;
     }
     let rt = &fiber.rt;
@@ -237,7 +239,7 @@ impl Queued {
 
 /// What a runtime's workers share.
 pub(crate) struct Shared {
-    /// Fibers made or woken outside a worker of this runtime.
+    /// Fibers made outside a worker of this runtime.
     injector: Injector<Queued>,
     /// Each worker's queue, for stealing.
     stealers: Vec<Stealer<Queued>>,
@@ -301,31 +303,30 @@ impl Shared {
     }
 }
 
-/// Queues a new fiber to run: on the calling worker if it is one of the
-/// fiber's runtime's (and the fiber may run there), else where its runtime
-/// finds it. (A new fiber whose home is another worker was made parked, and
-/// is queued there by its first wake-up.)
+/// Queues a new fiber to run: one with a home on that worker (which is the
+/// caller: `spawn_local` pins a fiber to its own), any other where its
+/// runtime's workers find it.
 fn queue_new(fiber: &Arc<Fiber>) {
     let rt = &fiber.rt;
     let here = this_worker(rt);
-    match (here, fiber.home.load(Ordering::Relaxed)) {
-        (Some(w), NO_HOME) => {
+    let home = fiber.home.load(Ordering::Relaxed);
+    if home != NO_HOME {
+        let w = here.filter(|w| w.index == home);
+        let w = w.expect("a pinned fiber is spawned on its own worker");
+        w.pinned.borrow_mut().push_back(Queued::new(fiber));
+        return;
+    }
+    match here {
+        Some(w) => {
             w.local.push(Queued::new(fiber));
             // Another worker may steal it (a runtime of one has no other).
             if rt.stealers.len() > 1 {
                 rt.wake_one();
             }
         }
-        (None, NO_HOME) => {
+        None => {
             rt.injector.push(Queued::new(fiber));
             rt.wake_one();
-        }
-        (Some(w), home) if w.index == home => {
-            w.pinned.borrow_mut().push_back(Queued::new(fiber));
-        }
-        (_, home) => {
-            rt.inboxes[home].push(Arc::clone(fiber));
-            rt.wake(home);
         }
     }
 }
@@ -482,15 +483,8 @@ where
             catch_unwind(AssertUnwindSafe(f)).map(|value| Box::new(value) as Box<dyn Any>);
         me.join.finish(outcome);
     });
-    // A fiber for another thread's worker waits there for the wake-up that
-    // queues it (only its home touches its state).
-    let here = this_worker(rt).map(|w| w.index);
-    let state = match home {
-        Some(home) if here != Some(home) => State::parked(),
-        _ => State::queued(),
-    };
     let fiber = Arc::new(Fiber {
-        state,
+        state: State::queued(),
         name: name.map(String::into_boxed_str),
         home: AtomicUsize::new(home.unwrap_or(NO_HOME)),
         rt: Arc::clone(rt),
@@ -532,11 +526,13 @@ fn run(w: &WorkerState, queued: Queued) {
         fiber.home.store(w.index, Ordering::Relaxed);
     }
     CURRENT.with(|c| c.set(fiber));
+    // Field by field, never a `&mut Running`: the suspended fiber may hold
+    // shared borrows of its task context (a channel operation under way).
+    let running = fiber.run.get();
     // SAFETY: this worker took the fiber off a run queue: no one else runs
     // it or touches `run` until it is queued again, which only this worker
-    // does, after the turn.
-    let running = unsafe { &mut *fiber.run.get() };
-    let Running { coroutine, task } = running;
+    // does, after the turn; the fiber's code borrows only `task`.
+    let (coroutine, task) = unsafe { (&mut (*running).coroutine, &(*running).task) };
     let Some(coroutine) = coroutine.as_mut() else {
         CURRENT.with(|c| c.set(std::ptr::null()));
         return;
@@ -568,8 +564,9 @@ fn run(w: &WorkerState, queued: Queued) {
             // Done: the stack goes back to the pool, and the fiber's task
             // context (which counts the fiber, its `Park`) and its count of
             // itself are let go.
-            // SAFETY: as above; the coroutine finished on this worker.
-            let running = unsafe { &mut *fiber.run.get() };
+            // SAFETY: as above; the coroutine finished on this worker, and
+            // with it every borrow its code held.
+            let running = unsafe { &mut *running };
             if let Some(coroutine) = running.coroutine.take() {
                 drop(coroutine.into_stack());
             }

@@ -28,13 +28,6 @@ impl State {
         State(Cell::new(QUEUED))
     }
 
-    /// A new fiber that waits for a wake-up to queue it (one made for a
-    /// worker by another thread: the wake-up reaches the worker through its
-    /// inbox).
-    pub(crate) fn parked() -> State {
-        State(Cell::new(PARKED))
-    }
-
     /// The worker starts a turn of the fiber. (A fiber that yielded is
     /// already `RUNNING`, or `NOTIFIED`, which the turn keeps.)
     #[inline]
@@ -92,12 +85,5 @@ mod tests {
         assert!(!state.unpark(), "a second one finds it queued");
         state.start_turn();
         assert!(state.park());
-    }
-
-    #[test]
-    fn a_fiber_made_parked_is_queued_by_its_first_wake_up() {
-        let state = State::parked();
-        assert!(state.unpark());
-        assert!(!state.unpark());
     }
 }
