@@ -5,13 +5,10 @@
 //! context" ([`Context::with`]), which is **one thread-local load** of the pointer a scheduler
 //! installs with [`TaskContext::run`] when it resumes a fiber (as the NetBSD rump kernel inlines
 //! its `curlwp`), and falls back to the thread's own cached context when that pointer is null.
-//! The crate's own fibers install a [`LazyTaskContext`] instead, whose context is made (and
-//! installed) when an operation first asks for it.
 //!
-//! A context is reference counted (`Arc`): a waker on a wait list holds a clone, so it may
-//! unpark a task that already saw its claim and returned (the unpark is then a spurious wake-up
-//! of its *next* wait, which re-checks its claim word and parks again). A `chan::local` waiter,
-//! whose waker runs on its own thread, borrows a fiber's context instead.
+//! A context is reference counted (`Arc`): the waker holds a clone, so it may unpark a task that
+//! already saw its claim and returned (the unpark is then a spurious wake-up of its *next* wait,
+//! which re-checks its claim word and parks again).
 //!
 //! This is crossbeam-channel's `Context` (`crossbeam-channel/src/context.rs`), written here for
 //! tasks that are threads *or* fibers.
@@ -152,25 +149,16 @@ impl Context {
     }
 
     /// Runs `f` with the context of the current task: the fiber a scheduler installed with
-    /// [`TaskContext::run`] (or a [`LazyTaskContext`]), else the thread's own (cached) context.
+    /// [`TaskContext::run`], else the thread's own (cached) context.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn with<R>(f: impl FnOnce(&Context) -> R) -> R {
         // The `curlwp` read: one thread-local load, no call chain.
-        if let Some(task) = Context::current_task() {
-            // SAFETY: `current_task` returns only installed pointers, which are live now.
-            let task = unsafe { &*task };
+        if let Some(cx) = Context::current_task() {
             // The operation keeps a handle of its own (one reference count): once the task
             // suspends, its scheduler may move or drop the `TaskContext` the pointer names.
-            // Not so one of the crate's fibers, whose context stays in place until it finishes.
-            let counted;
-            let cx = match task.stays_in_place() {
-                true => task,
-                false => {
-                    counted = task.clone();
-                    &counted
-                }
-            };
+            // SAFETY: `current_task` returns only installed pointers, which are live now.
+            let cx = &unsafe { &*cx }.clone();
             // An operation that the task's own `Park` runs (the scheduler's, while the task
             // waits: `current_task` leaves those out), or one nested in another of its
             // operations (a message's `Drop` that blocks), must not reset the waiting
@@ -354,14 +342,13 @@ impl Context {
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn current_task() -> Option<*const Context> {
-        let mut task = CURRENT_TASK.get();
+        let task = CURRENT_TASK.get();
         if task.is_null() {
-            task = LazyTaskContext::make_current()?;
+            return None;
         }
         // SAFETY: `TaskContext::run` installs a pointer to a `Context` it borrows for as long
         // as the pointer stays installed, and restores the previous value (even on unwind)
-        // before that borrow ends; `LazyTaskContext` installs its own for one turn, and clears
-        // it (even on unwind) when the turn ends; so a non-null pointer is live here.
+        // before that borrow ends; so a non-null pointer is live here.
         let inside = match &unsafe { &*task }.inner.parker {
             Parker::Task(parker) => parker.is_inside(),
             Parker::Thread(_) => false,
@@ -369,32 +356,13 @@ impl Context {
         (!inside).then_some(task)
     }
 
-    /// Whether a scheduler task (not the thread itself) runs on this thread, without making a
-    /// lazily made task's context. (As [`current_task`](Self::current_task), a task inside
-    /// one of its own `Park` methods counts as the thread.)
-    #[cfg(not(loom))]
-    pub(crate) fn in_task() -> bool {
-        let task = CURRENT_TASK.get();
-        if task.is_null() {
-            return !LAZY_TASK.get().is_null();
-        }
-        // SAFETY: a non-null pointer is live (see `current_task`).
-        !matches!(&unsafe { &*task }.inner.parker, Parker::Task(p) if p.is_inside())
-    }
-
     /// Whether the running task is one of the crate's fibers (a
     /// `TaskContext::shared`, whose `unpark` only queues it), and not a
     /// thread, nor a task of another scheduler run inside a fiber.
     #[cfg(not(loom))]
     pub(crate) fn current_is_fiber() -> bool {
-        let task = CURRENT_TASK.get();
-        if task.is_null() {
-            // A fiber whose context is not made yet.
-            return !LAZY_TASK.get().is_null();
-        }
-        // SAFETY: a non-null pointer is live (see `current_task`).
-        let task = unsafe { &*task };
-        task.stays_in_place() && !matches!(&task.inner.parker, Parker::Task(p) if p.is_inside())
+        // SAFETY: `current_task` returns only installed pointers, which are live now.
+        Context::current_task().is_some_and(|task| unsafe { &*task }.stays_in_place())
     }
 
     /// loom builds have no scheduler tasks.
@@ -432,9 +400,6 @@ thread_local! {
     /// The context of the task a scheduler is running on this thread; null: the thread itself.
     /// Const-initialised, so reading it is a single `%fs`-relative load.
     static CURRENT_TASK: std::cell::Cell<*const Context> = const { std::cell::Cell::new(std::ptr::null()) };
-
-    /// The running fiber whose context is made on first use, when `CURRENT_TASK` is null.
-    static LAZY_TASK: std::cell::Cell<*const LazyTaskContext> = const { std::cell::Cell::new(std::ptr::null()) };
 
     /// This thread's own context, reused by its blocking operations (taken while in use).
     static THREAD_CONTEXT: std::cell::Cell<Option<Context>> = const { std::cell::Cell::new(None) };
@@ -535,25 +500,12 @@ pub(crate) fn yield_current() {
 #[inline]
 pub(crate) fn current_task_id() -> usize {
     #[cfg(not(loom))]
-    {
-        if CURRENT_TASK.get().is_null() && !LAZY_TASK.get().is_null() {
-            // A fiber whose context is not made yet has no operation registered anywhere, so
-            // it needs an id that matches none (and asking must not make its context: a
-            // sender waking a receiver asks, under the channel's lock).
-            return NO_TASK_ID;
-        }
-        if let Some(cx) = Context::current_task() {
-            // SAFETY: `current_task` returns only installed pointers, which are live.
-            return unsafe { &*cx }.task_id();
-        }
+    if let Some(cx) = Context::current_task() {
+        // SAFETY: `current_task` returns only installed pointers, which are live.
+        return unsafe { &*cx }.task_id();
     }
     current_thread_id()
 }
-
-/// The id of a task that has no context yet: never handed out ([`next_task_id`] counts up from
-/// 3 and would take centuries to get here).
-#[cfg(not(loom))]
-const NO_TASK_ID: usize = usize::MAX;
 
 // ===== TaskContext: the scheduler's side of the seam =====
 
@@ -664,78 +616,6 @@ impl TaskContext {
     #[cfg(loom)]
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         f()
-    }
-}
-
-/// The task context of one of the crate's fibers, made the first time a channel operation of
-/// the fiber asks for it: a fiber that never waits on a channel (one that computes, sleeps,
-/// joins, or waits on a socket) costs no context, no allocation and no reference count.
-pub(crate) struct LazyTaskContext {
-    task: std::cell::OnceCell<TaskContext>,
-    /// Makes the context (run by the fiber itself, inside its own turn).
-    #[cfg_attr(loom, allow(dead_code))] // called through `LAZY_TASK`, left out of loom builds
-    make: fn() -> TaskContext,
-}
-
-impl LazyTaskContext {
-    pub(crate) const fn new(make: fn() -> TaskContext) -> LazyTaskContext {
-        LazyTaskContext {
-            task: std::cell::OnceCell::new(),
-            make,
-        }
-    }
-
-    /// Runs one turn of the task: its context (made now or later, on first use) is the
-    /// thread's current one until the turn ends. For a scheduler's worker, whose own thread
-    /// runs no task: the turn leaves none installed.
-    #[cfg(not(loom))]
-    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
-        /// Uninstalls the task when the turn ends, on unwind too.
-        struct Uninstall;
-        impl Drop for Uninstall {
-            fn drop(&mut self) {
-                CURRENT_TASK.set(std::ptr::null());
-                LAZY_TASK.set(std::ptr::null());
-            }
-        }
-        let made = self
-            .task
-            .get()
-            .map_or(std::ptr::null(), |t| &t.cx as *const Context);
-        CURRENT_TASK.set(made);
-        LAZY_TASK.set(self);
-        let _uninstall = Uninstall;
-        f()
-    }
-
-    /// loom models have no current task: `f` runs as the thread.
-    #[cfg(loom)]
-    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
-        f()
-    }
-
-    /// Takes the context, if it was made (the task has finished: whoever still holds a handle
-    /// of it keeps it alive).
-    pub(crate) fn take(&mut self) -> Option<TaskContext> {
-        self.task.take()
-    }
-
-    /// The context of the lazily made task running on this thread, made now if it is not yet,
-    /// and installed as the current one; `None` if no such task runs.
-    #[cfg(not(loom))]
-    #[cold]
-    fn make_current() -> Option<*const Context> {
-        let lazy = LAZY_TASK.get();
-        if lazy.is_null() {
-            return None;
-        }
-        // SAFETY: `run_turn` installs a pointer to itself for the length of a call that
-        // borrows it, and clears it (on unwind too) when the call ends; so a non-null pointer
-        // is live here.
-        let lazy = unsafe { &*lazy };
-        let task: *const Context = &lazy.task.get_or_init(lazy.make).cx;
-        CURRENT_TASK.set(task);
-        Some(task)
     }
 }
 

@@ -180,7 +180,6 @@ use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::Arc;
 use flavors::{array, list, one, zero, Token};
 
-pub(crate) use context::LazyTaskContext;
 pub use context::TaskContext;
 pub use err::{
     ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError,

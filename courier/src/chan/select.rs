@@ -723,7 +723,7 @@ impl<'a> Select<'a> {
         #[cfg(not(loom))]
         if deadline.is_none()
             && self.handles.iter().all(|h| h.handle.is_local())
-            && !Context::in_task()
+            && Context::current_task().is_none()
         {
             panic!("chan::local: a select would block the thread forever (no scheduler task)");
         }

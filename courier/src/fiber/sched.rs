@@ -19,8 +19,7 @@
 //! [`spawn_local`](super::spawn_local) has its home from the start.
 //!
 //! # Parking: the fiber's side of `chan`'s seam
-//! Every fiber runs as a `chan` task (its [`TaskContext`], made on its first
-//! channel operation that asks for it): a channel operation that must wait
+//! Every fiber runs inside its own [`TaskContext`]: a channel operation that must wait
 //! calls [`Park::park`] on the fiber, which suspends the coroutine back to
 //! the worker; [`Park::unpark`], from any thread, makes it ready again. A
 //! fiber's state word makes the two meet:
@@ -67,7 +66,7 @@ use super::join::JoinSlot;
 use super::reactor::{poll_reactor, waits_for_io, Reactor};
 use super::stack::{self, PooledStack};
 use super::state::State;
-use crate::chan::{LazyTaskContext, Park, TaskContext};
+use crate::chan::{Park, TaskContext};
 
 /// Why a fiber suspended.
 enum Suspend {
@@ -102,10 +101,10 @@ pub(crate) struct Fiber {
 
 struct Running {
     coroutine: Option<Coro>,
-    /// The fiber's side of `chan`'s seam, made on its first channel
-    /// operation that asks for it; let go when it finishes (it counts the
-    /// fiber, its `Park`).
-    task: LazyTaskContext,
+    /// The fiber's side of `chan`'s seam; let go when it finishes (it counts
+    /// the fiber, its `Park`: a fiber is alive from its spawn until it
+    /// finishes).
+    task: Option<TaskContext>,
 }
 
 // SAFETY: the fields a fiber shares between threads are its home, its
@@ -126,10 +125,9 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Some(coroutine) = self.coroutine.take() {
             if coroutine.started() && !coroutine.done() {
-                // A fiber suspended for good is not dropped (it counts
-                // itself until it finishes); should one be, its stack holds
-                // state that peers may still point into: it is leaked, as a
-                // thread blocked forever would be.
+                // A fiber suspended for good (its runtime stopped while it
+                // waited): its stack holds state that peers may still point
+                // into; it is leaked, as a thread blocked forever would be.
                 std::mem::forget(coroutine);
             }
         }
@@ -219,8 +217,8 @@ fn this_worker(rt: &Arc<Shared>) -> Option<&'static WorkerState> {
 }
 
 /// A fiber on a run queue: its address, not a count. A fiber is alive from
-/// its spawn until it finishes (it counts itself meanwhile, see `spawn_on`),
-/// and is queued only in between, so a queued fiber is alive; and
+/// its spawn until it finishes (its task context counts it: it is its own
+/// `Park`), and is queued only in between, so a queued fiber is alive; and
 /// it is queued once at a time (its state word says who queues it). So a
 /// wake-up costs no reference count.
 struct Queued(NonNull<Fiber>);
@@ -491,22 +489,15 @@ where
         yielder: Cell::new(std::ptr::null()),
         run: UnsafeCell::new(Running {
             coroutine: Some(coroutine),
-            task: LazyTaskContext::new(make_task),
+            task: None,
         }),
         join: JoinSlot::new(),
     });
-    // The fiber counts itself until it finishes (`run` lets the count go):
-    // a queued or parked fiber is alive whoever else holds it.
-    std::mem::forget(Arc::clone(&fiber));
+    let task = TaskContext::shared(Arc::clone(&fiber) as Arc<dyn Park>);
+    // SAFETY: no one else has the fiber yet.
+    unsafe { (*fiber.run.get()).task = Some(task) };
     queue_new(&fiber);
     Ok(fiber)
-}
-
-/// The `chan` task context of the running fiber (made by the fiber, on its
-/// first channel operation that asks for it).
-fn make_task() -> TaskContext {
-    let me = current().expect("a fiber makes its own task context");
-    TaskContext::shared(counted(me) as Arc<dyn Park>)
 }
 
 impl Fiber {
@@ -533,11 +524,11 @@ fn run(w: &WorkerState, queued: Queued) {
     // it or touches `run` until it is queued again, which only this worker
     // does, after the turn; the fiber's code borrows only `task`.
     let (coroutine, task) = unsafe { (&mut (*running).coroutine, &(*running).task) };
-    let Some(coroutine) = coroutine.as_mut() else {
+    let (Some(coroutine), Some(task)) = (coroutine.as_mut(), task.as_ref()) else {
         CURRENT.with(|c| c.set(std::ptr::null()));
         return;
     };
-    let turn = task.run_turn(|| coroutine.resume(()));
+    let turn = task.run(|| coroutine.resume(()));
     CURRENT.with(|c| c.set(std::ptr::null()));
     match turn {
         CoroutineResult::Yield(Suspend::Yield) => {
@@ -562,18 +553,17 @@ fn run(w: &WorkerState, queued: Queued) {
         }
         CoroutineResult::Return(()) => {
             // Done: the stack goes back to the pool, and the fiber's task
-            // context (which counts the fiber, its `Park`) and its count of
-            // itself are let go.
+            // context (which counts the fiber, its `Park`) is let go.
             // SAFETY: as above; the coroutine finished on this worker, and
             // with it every borrow its code held.
             let running = unsafe { &mut *running };
             if let Some(coroutine) = running.coroutine.take() {
                 drop(coroutine.into_stack());
             }
-            drop(running.task.take());
-            // SAFETY: the count `spawn_on` left the fiber until it finished;
-            // this may be the last, and nothing here touches the fiber after.
-            unsafe { Arc::decrement_strong_count(queued.0.as_ptr()) };
+            // Taken out before it goes: it may hold the last count of the
+            // fiber, whose memory goes with it.
+            let task = running.task.take();
+            drop(task);
         }
     }
 }
