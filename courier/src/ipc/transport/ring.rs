@@ -173,10 +173,12 @@ impl Shared {
         self.u32_at(ANSWER_AT)
     }
 
-    /// The record area's byte `offset` (`offset < DATA_LEN`).
+    /// The record area's byte `offset` (`offset <= DATA_LEN`: an empty
+    /// record's bytes start at the area's end when its word is the last).
     fn data(&self, offset: usize) -> *mut u8 {
-        debug_assert!(offset < DATA_LEN);
-        // SAFETY: `DATA_AT + offset < LEN`, inside the mapping.
+        debug_assert!(offset <= DATA_LEN);
+        // SAFETY: `DATA_AT + offset <= LEN`: inside the mapping or one past
+        // its end, which a pointer may point to (and nothing is read there).
         unsafe { self.map.as_ptr().add(DATA_AT + offset) }
     }
 }
@@ -684,6 +686,39 @@ mod tests {
             writer.push(None, &[IoSlice::new(&too_large)], RECORD_MAX),
             Err(Push::TooLarge)
         );
+    }
+
+    /// An empty record whose word is the area's last eight bytes, plain
+    /// and with a header ending there, is written and read like any other.
+    #[test]
+    fn a_record_may_end_at_the_end_of_the_area() {
+        let (mut writer, mut reader, _fd) = pair();
+        let mut dst = Vec::new();
+        for header in [None, Some(Header::new(Body::Inline, 0, 0, 7).encode())] {
+            let last = 8 + header.as_ref().map_or(0, |h| h.len());
+            // Fill up to `last` bytes before the end of the area.
+            let filler = bytes(1016, 0);
+            let mut left = DATA_LEN - (writer.head % DATA_LEN as u64) as usize;
+            while left != last {
+                let len = (left - last - 8).min(1016);
+                writer
+                    .push(None, &[IoSlice::new(&filler[..len])], len)
+                    .unwrap();
+                assert!(matches!(
+                    reader.next(&mut dst, u64::MAX),
+                    Ok(Some(Record::Plain))
+                ));
+                left -= 8 + len;
+            }
+            writer.push(header.as_ref(), &[], 0).unwrap();
+            match reader.next(&mut dst, u64::MAX).unwrap() {
+                Some(Record::Plain) => assert!(header.is_none()),
+                Some(Record::Packet(h)) => assert_eq!(h.tag, 7),
+                other => panic!("{other:?}"),
+            }
+            assert!(dst.is_empty());
+            assert_eq!(writer.head % DATA_LEN as u64, 0);
+        }
     }
 
     /// A parked reader is rung once by the next record, then not again; a
