@@ -179,6 +179,15 @@ pub(super) const MAX_SPLIT_HEAD: usize = 4096;
 /// 64 of them about 13 MiB with Linux's default socket buffer).
 pub(super) const MAX_WAITING: usize = 64;
 
+/// What [`OsReceiver::read_beside`] read.
+enum Beside {
+    /// The record's descriptors, all of them.
+    Whole(Vec<OwnedFd>),
+    /// Any other packet, for the receive loop, with the payload of a data
+    /// packet.
+    Other(Read, Vec<u8>),
+}
+
 /// The bytes a message that waits for its descriptors keeps: `dst` itself
 /// (the usual case: no copy, and the buffer comes back with the message),
 /// unless its capacity is far beyond its length; then a copy of its bytes,
@@ -432,6 +441,27 @@ impl OsReceiver {
                     return Ok((Vec::new(), split_off));
                 }
                 Read::Data(header, _) => {
+                    // A ring's record whose descriptors came in one packet,
+                    // sent just after it: the message is whole at once.
+                    let alone = from_ring.is_some()
+                        && state.waiting.is_empty()
+                        && !state.rings.has_orphans()
+                        && header.nfds <= FDS_PER_PACKET;
+                    let read = match alone {
+                        true => Some(self.read_beside(&header, limit)),
+                        false => None,
+                    };
+                    let read = match read {
+                        Some(Ok(Beside::Whole(fds))) => {
+                            return self.finish(&mut state, header, dst, fds, split, None, wait);
+                        }
+                        Some(Ok(Beside::Other(read, payload))) => Some((read, payload)),
+                        Some(Err(RecvError::Empty)) | None => None,
+                        Some(Err(e)) => {
+                            first = Some(Err(e));
+                            None
+                        }
+                    };
                     // It keeps the bytes of its packet only, at most one
                     // packet's worth, not the capacity of `dst`: a receive
                     // buffer is sized from the last message (up to the size
@@ -454,6 +484,11 @@ impl OsReceiver {
                             state.attach(o.packet, o.fds, o.truncated)?;
                         }
                     }
+                    // The packet read beside it is the loop's next read.
+                    if let Some((read, payload)) = read {
+                        *dst = payload;
+                        first = Some(Ok(read));
+                    }
                 }
                 Read::Fds(packet, fds, truncated) => state.attach(packet, fds, truncated)?,
                 Read::Skip(packet) => {
@@ -461,6 +496,32 @@ impl OsReceiver {
                 }
             }
         }
+    }
+
+    /// Reads the socket's next packet without waiting, for the ring record
+    /// `header` that announces descriptors: usually their one packet, which
+    /// its sender wrote right after the record, and then the message is
+    /// whole without waiting among the others (`Beside::Whole`).
+    #[inline]
+    fn read_beside(&self, header: &Header, limit: u64) -> Result<Beside, RecvError> {
+        // A data packet's payload lands in `payload` (nothing is allocated
+        // for a descriptor packet).
+        let mut payload = Vec::new();
+        let read = with_scratch(|scratch| {
+            let overflow = &mut scratch[HEADER_LEN..];
+            self.read_scatter(overflow, &mut payload, limit, true, true)
+        })?;
+        Ok(match read {
+            Read::Fds(packet, fds, false)
+                if packet.tag == header.tag
+                    && packet.index == 0
+                    && packet.count == header.nfds
+                    && fds.len() == header.nfds =>
+            {
+                Beside::Whole(fds)
+            }
+            read => Beside::Other(read, payload),
+        })
     }
 
     /// Waits briefly for the descriptor packet of the refused message `tag`

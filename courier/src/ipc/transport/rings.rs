@@ -281,6 +281,12 @@ impl Rings {
         Ok(())
     }
 
+    /// Whether any descriptor packet waits for its record.
+    #[inline]
+    pub(super) fn has_orphans(&self) -> bool {
+        !self.orphans.is_empty()
+    }
+
     /// The kept descriptor packets of the message `tag`, in order.
     pub(super) fn orphans_of(&mut self, tag: u64) -> Vec<Orphan> {
         let mut mine = Vec::new();
