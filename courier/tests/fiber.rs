@@ -442,6 +442,54 @@ fn named_fibers_and_stack_sizes() {
     });
 }
 
+/// A finished fiber's control block and `chan` context serve the next fibers
+/// spawned on its worker, emptied at once: a result no one joins is dropped
+/// as its handle goes, and each fiber has its own name, result and channels.
+#[test]
+fn fibers_spawned_one_after_another_start_afresh() {
+    with_watchdog("afresh", Duration::from_secs(30), || {
+        struct Flag(Arc<AtomicUsize>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let rt = runtime(1);
+        rt.block_on(|| {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            for round in 0..200 {
+                let builder = fiber::Builder::new();
+                let builder = match round % 3 {
+                    0 => builder,
+                    _ => builder.name(format!("fiber-{round}")),
+                };
+                let flag = Flag(Arc::clone(&dropped));
+                let (tx, rx) = chan::bounded::<usize>(0);
+                let handle = builder
+                    .spawn(move || {
+                        // A rendezvous parks both sides through their contexts.
+                        tx.send(round).unwrap();
+                        (fiber::name(), flag)
+                    })
+                    .unwrap();
+                assert_eq!(rx.recv(), Ok(round));
+                while !handle.is_finished() {
+                    fiber::yield_now();
+                }
+                if round % 2 == 0 {
+                    let (name, _flag) = handle.join().unwrap();
+                    let expected = (round % 3 != 0).then(|| format!("fiber-{round}"));
+                    assert_eq!(name, expected, "round {round}");
+                } else {
+                    // Not joined: its result goes with the handle.
+                    drop(handle);
+                }
+                assert_eq!(dropped.load(Ordering::Relaxed), round + 1, "round {round}");
+            }
+        });
+    });
+}
+
 /// A fiber that recurses without bound hits its guard page, and the process
 /// says which fiber and how large its stack was (in a child process).
 #[test]

@@ -351,7 +351,7 @@ impl Context {
         // before that borrow ends; so a non-null pointer is live here.
         let inside = match &unsafe { &*task }.inner.parker {
             Parker::Task(parker) => parker.is_inside(),
-            Parker::Thread(_) => false,
+            Parker::Thread(_) | Parker::Spare => false,
         };
         (!inside).then_some(task)
     }
@@ -556,6 +556,10 @@ impl fmt::Debug for TaskContext {
     }
 }
 
+/// A context of the crate's fibers between two fibers ([`TaskContext::into_spare`]): its
+/// allocation and its task id, counted by nothing else, with no `Park`.
+pub(crate) struct SpareContext(Arc<Inner>);
+
 impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
@@ -567,6 +571,50 @@ impl TaskContext {
     /// control block) until it finishes.
     pub(crate) fn shared(parker: std::sync::Arc<dyn Park>) -> TaskContext {
         TaskContext::with_parker(parker, true)
+    }
+
+    /// [`shared`](Self::shared), in the allocation of a context an earlier fiber let go
+    /// ([`into_spare`](Self::into_spare)), whose task id it keeps.
+    pub(crate) fn shared_from(
+        spare: SpareContext,
+        parker: std::sync::Arc<dyn Park>,
+    ) -> TaskContext {
+        let mut inner = spare.0;
+        match Arc::get_mut(&mut inner) {
+            Some(slot) => {
+                slot.parker = Parker::Task(TaskParker::new(parker, true));
+                TaskContext {
+                    cx: Context { inner },
+                    _not_sync: std::marker::PhantomData,
+                }
+            }
+            // (Not reached: a spare is counted once, by itself.)
+            None => TaskContext::shared(parker),
+        }
+    }
+
+    /// Lets go of the task's `Park` (returned) and keeps the context's allocation for a next
+    /// fiber of the crate's own, if nothing else counts the context any more (no wait-list
+    /// entry names it: its task has finished, and every operation it began is over). `Err`:
+    /// it is still counted elsewhere, and is handed back.
+    pub(crate) fn into_spare(
+        self,
+    ) -> Result<(SpareContext, std::sync::Arc<dyn Park>), TaskContext> {
+        let mut inner = self.cx.inner;
+        let Some(slot) = Arc::get_mut(&mut inner) else {
+            return Err(TaskContext {
+                cx: Context { inner },
+                _not_sync: std::marker::PhantomData,
+            });
+        };
+        let Parker::Task(task) = std::mem::replace(&mut slot.parker, Parker::Spare) else {
+            unreachable!("a fiber's context parks through its `Park`")
+        };
+        // (Stores through a unique reference: nothing else sees them.)
+        slot.select.store(WAITING, Ordering::Relaxed);
+        slot.packet.store(std::ptr::null_mut(), Ordering::Relaxed);
+        *slot.busy.get_mut() = false;
+        Ok((SpareContext(inner), task.into_park()))
     }
 
     fn with_parker(parker: std::sync::Arc<dyn Park>, queues_only: bool) -> TaskContext {

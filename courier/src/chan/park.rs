@@ -95,6 +95,10 @@ pub(crate) enum Parker {
     Thread(thread::Thread),
     /// A task of a scheduler (a fiber), through the [`Park`] seam.
     Task(TaskParker),
+    /// No one: a context of the crate's fibers kept for the next fiber, between the finish of
+    /// one and the spawn of the next (never installed as a task's, and named by no wait-list
+    /// entry: see `SpareContext`).
+    Spare,
 }
 
 /// A scheduler task's [`Park`], and whether the task is inside one of the methods it runs
@@ -120,6 +124,11 @@ impl TaskParker {
             inside: std::sync::atomic::AtomicBool::new(false),
             queues_only,
         }
+    }
+
+    /// The task's `Park`.
+    pub(super) fn into_park(self) -> std::sync::Arc<dyn Park> {
+        self.park
     }
 
     /// Runs one of the methods the task calls on itself, marked as inside.
@@ -190,6 +199,8 @@ impl Parker {
                 }
             },
             Parker::Task(task) => task.park(deadline),
+            // (A spurious return: the caller re-checks.)
+            Parker::Spare => {}
         }
     }
 
@@ -198,6 +209,7 @@ impl Parker {
         match self {
             Parker::Thread(thread) => thread.unpark(),
             Parker::Task(task) => task.unpark(),
+            Parker::Spare => {}
         }
     }
 
@@ -208,6 +220,7 @@ impl Parker {
         match self {
             Parker::Thread(_) => true,
             Parker::Task(task) => task.queues_only,
+            Parker::Spare => true,
         }
     }
 
@@ -217,6 +230,7 @@ impl Parker {
         match self {
             Parker::Thread(_) => true,
             Parker::Task(task) => task.may_yield_thread(),
+            Parker::Spare => true,
         }
     }
 
@@ -226,6 +240,7 @@ impl Parker {
         match self {
             Parker::Thread(_) => true,
             Parker::Task(task) => task.may_spin(),
+            Parker::Spare => true,
         }
     }
 }

@@ -321,7 +321,7 @@ pub struct JoinHandle<T> {
 /// Where a handle's result comes from.
 enum Source<T> {
     /// A fiber's own slot (see `join.rs`).
-    Fiber(Arc<sched::Fiber>),
+    Fiber(sched::Handle),
     /// A thread of the blocking pool.
     Blocking(oneshot::Receiver<std::thread::Result<T>>),
 }
