@@ -784,15 +784,6 @@ fn has_work(w: &WorkerState) -> bool {
 /// write.
 const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
-/// The longest an idle worker sleeps before it looks at its queues again,
-/// woken or not: the bound on a lost wake-up. Under heavy stress (the fiber
-/// suite's every-flavour test, in loops beside the whole suite on two
-/// CPUs), about one run in several hundred ended with both workers asleep
-/// while a wake-up sat in one's inbox, its fiber parked for good; the cause
-/// is not found (`docs/fibers.md`). Twenty looks a second cost an idle
-/// worker nothing measurable.
-const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Spins up to [`IDLE_SPIN`] (not past the next timer) for work: `true` if
 /// some came.
 fn spin_for_work(w: &WorkerState, next_timer: Option<Instant>) -> bool {
@@ -848,16 +839,21 @@ fn work(w: &WorkerState) {
             return;
         }
         // Sleep: registered first, then a last look (see `Shared::wake_one`).
-        w.rt.sleepers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(w.index);
-        w.rt.idle.fetch_add(1, Ordering::SeqCst);
+        // The count moves with the list, under its lock: a waker that takes
+        // this worker off the list takes its count with it. (Counted after
+        // the lock, a worker could be taken off and uncounted before it had
+        // counted itself; the count then said one sleeper fewer than the
+        // list held, and a wake-up for another sleeper read zero and went
+        // nowhere.)
+        {
+            let mut sleepers = w.rt.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            sleepers.push(w.index);
+            w.rt.idle.fetch_add(1, Ordering::SeqCst);
+        }
         if !has_work(w) && !w.rt.shutdown.load(Ordering::Acquire) {
             let slept = Instant::now();
-            let until_timer = next_timer.map(|at| at.saturating_duration_since(slept));
-            let timeout = until_timer.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
-            let woken = poll_reactor(w, Some(timeout));
+            let timeout = next_timer.map(|at| at.saturating_duration_since(slept));
+            let woken = poll_reactor(w, timeout);
             // Woken by another thread soon after: spinning would have found
             // that work without the two system calls, so the next idle spell
             // spins first. (A worker woken by its sockets, or late, does not:
