@@ -318,6 +318,69 @@ fn a_fiber_that_never_yields_does_not_starve_the_others() {
 }
 
 #[test]
+fn a_fiber_spawned_by_one_that_never_yields_is_taken_by_another_worker() {
+    with_watchdog("hog's child", Duration::from_secs(60), || {
+        let rt = runtime(2);
+        let ran = rt
+            .spawn(|| {
+                // The child waits in this worker's slot for the newest
+                // fiber, which this worker never looks at again until the
+                // flag is up: only the other worker can run it.
+                let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let child = {
+                    let flag = Arc::clone(&flag);
+                    fiber::spawn(move || flag.store(true, Ordering::Release))
+                };
+                while !flag.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                child.join().is_ok()
+            })
+            .join()
+            .unwrap();
+        assert!(ran);
+    });
+}
+
+#[test]
+fn a_fiber_joined_before_it_starts_may_park_yield_and_join_in_turn() {
+    with_watchdog("join at once", Duration::from_secs(60), || {
+        for workers in [1, 2] {
+            let rt = runtime(workers);
+            let (tx, rx) = chan::bounded::<u32>(0);
+            // Joined at once, the child parks on a receive; the joiner
+            // parks in turn, and a thread's send finishes both.
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                tx.send(41).unwrap();
+            });
+            let got = rt.block_on(move || fiber::spawn(move || rx.recv().unwrap() + 1).join());
+            assert_eq!(got.unwrap(), 42);
+            sender.join().unwrap();
+            // A child that yields goes on in the worker's turns.
+            let steps = rt.block_on(|| {
+                fiber::spawn(|| (0..5).map(|_| fiber::yield_now()).count())
+                    .join()
+                    .unwrap()
+            });
+            assert_eq!(steps, 5);
+            // Each fiber spawns and joins the next: nested turns, one
+            // stack each.
+            fn chain(depth: u32) -> u32 {
+                match depth {
+                    0 => 0,
+                    d => 1 + fiber::spawn(move || chain(d - 1)).join().unwrap(),
+                }
+            }
+            assert_eq!(rt.block_on(|| chain(300)), 300);
+            // A panic in the child comes back through the join.
+            let outcome = rt.block_on(|| fiber::spawn(|| -> u32 { panic!("inner") }).join());
+            assert_eq!(outcome.unwrap_err().downcast_ref::<&str>(), Some(&"inner"));
+        }
+    });
+}
+
+#[test]
 fn local_channels_between_pinned_fibers_of_one_worker() {
     with_watchdog("local", Duration::from_secs(60), || {
         let rt = runtime(2);

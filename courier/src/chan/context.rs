@@ -560,6 +560,29 @@ impl fmt::Debug for TaskContext {
 /// allocation and its task id, counted by nothing else, with no `Park`.
 pub(crate) struct SpareContext(Arc<Inner>);
 
+/// The context, to reset, if `inner` is its only count. No `Weak` of a context is ever made,
+/// so a strong count of one is uniqueness, and the check is a load where `Arc::get_mut` makes
+/// a locked compare-exchange of the weak count (one each way a fiber's context is reused).
+#[cfg(not(loom))]
+fn unique(inner: &mut Arc<Inner>) -> Option<&mut Inner> {
+    if Arc::strong_count(inner) != 1 {
+        return None;
+    }
+    // SYNC POINT: pairs with the `Release` decrement of every other count that went (a
+    // wait-list entry's): what its holder did to the context happens before the caller's
+    // writes.
+    crate::sync::atomic::fence(Ordering::Acquire);
+    // SAFETY: the caller's count is the only one and no `Weak` exists, so nothing else can
+    // reach the context but through `inner`, which the returned borrow holds exclusively.
+    Some(unsafe { &mut *Arc::as_ptr(inner).cast_mut() })
+}
+
+/// loom's `Arc` checks uniqueness itself.
+#[cfg(loom)]
+fn unique(inner: &mut Arc<Inner>) -> Option<&mut Inner> {
+    Arc::get_mut(inner)
+}
+
 impl TaskContext {
     /// The context of a task that sleeps and wakes through `parker`.
     pub fn new(parker: impl Park) -> TaskContext {
@@ -580,7 +603,7 @@ impl TaskContext {
         parker: std::sync::Arc<dyn Park>,
     ) -> TaskContext {
         let mut inner = spare.0;
-        match Arc::get_mut(&mut inner) {
+        match unique(&mut inner) {
             Some(slot) => {
                 slot.parker = Parker::Task(TaskParker::new(parker, true));
                 TaskContext {
@@ -601,7 +624,7 @@ impl TaskContext {
         self,
     ) -> Result<(SpareContext, std::sync::Arc<dyn Park>), TaskContext> {
         let mut inner = self.cx.inner;
-        let Some(slot) = Arc::get_mut(&mut inner) else {
+        let Some(slot) = unique(&mut inner) else {
             return Err(TaskContext {
                 cx: Context { inner },
                 _not_sync: std::marker::PhantomData,

@@ -330,11 +330,16 @@ impl<T: 'static> JoinHandle<T> {
     /// Waits for the fiber and returns its value, or the panic it ended with.
     pub fn join(self) -> std::thread::Result<T> {
         match self.from {
-            Source::Fiber(fiber) => fiber.join.join().map(|value| {
-                *value
-                    .downcast::<T>()
-                    .unwrap_or_else(|_| unreachable!("a fiber's result has its handle's type"))
-            }),
+            Source::Fiber(fiber) => {
+                if !fiber.join.is_done() {
+                    sched::run_if_next(&fiber);
+                }
+                fiber.join.join().map(|value| {
+                    *value
+                        .downcast::<T>()
+                        .unwrap_or_else(|_| unreachable!("a fiber's result has its handle's type"))
+                })
+            }
             Source::Blocking(result) => result.recv().unwrap_or_else(|_| Err(sched::lost())),
         }
     }
