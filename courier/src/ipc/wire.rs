@@ -394,6 +394,31 @@ impl Header {
         Ok(nfds)
     }
 
+    /// The kinds of `nfds` descriptors of a `body` message: a carrier's
+    /// bits at the last if it has one (a channel's are 0).
+    fn carrier_bits(body: Body, nfds: usize) -> u128 {
+        match nfds.checked_sub(1) {
+            Some(last) if body.has_carrier() => (FdKind::Carrier as u128) << (2 * last),
+            _ => 0,
+        }
+    }
+
+    /// What is wrong with `kinds`, which are not [`Self::carrier_bits`].
+    #[cold]
+    fn kinds_fault(body: Body, nfds: usize, kinds: u128) -> WireError {
+        for i in 0..nfds.min(KINDS) {
+            let kind = match FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8) {
+                Ok(kind) => kind,
+                Err(e) => return e,
+            };
+            let carrier_expected = i + 1 == nfds && body.has_carrier();
+            if (kind == FdKind::Carrier) != carrier_expected {
+                break;
+            }
+        }
+        WireError::BadHeader("carrier descriptor misplaced or missing")
+    }
+
     #[cold]
     fn decode_slow(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         if u32::from_le_bytes(field(bytes, 0)) != MAGIC {
@@ -438,16 +463,11 @@ impl Header {
             skew,
             streamed,
         };
-        // (A message of more has none: `kinds` is 0, all channels.)
-        for i in 0..nfds.min(KINDS) {
-            let kind = FdKind::from_bits(((kinds >> (2 * i)) & 0b11) as u8)?;
-            let is_last = i + 1 == nfds;
-            let carrier_expected = is_last && body.has_carrier();
-            if (kind == FdKind::Carrier) != carrier_expected {
-                return Err(WireError::BadHeader(
-                    "carrier descriptor misplaced or missing",
-                ));
-            }
+        // Every descriptor a channel's, but the last a carrier if the body
+        // has one: one word compared, not a kind a descriptor. (A message
+        // of more than `KINDS` has no kinds: all channels.)
+        if nfds <= KINDS && kinds != Self::carrier_bits(body, nfds) {
+            return Err(Self::kinds_fault(body, nfds, kinds));
         }
         if body.has_carrier() && nfds == 0 {
             return Err(WireError::BadHeader("carrier descriptor missing"));
@@ -579,6 +599,19 @@ mod tests {
         let mut bad = good;
         bad[16] = 0b0011;
         assert!(matches!(Header::decode(&bad), Err(WireError::BadHeader(_))));
+        // A kind no descriptor has, and a carrier on a body without one,
+        // each named.
+        let mut bad = Header::new(Body::Inline, 0, 3, 0).encode();
+        bad[16] = 0b01_0000;
+        let unknown = WireError::BadHeader("unknown descriptor kind");
+        assert_eq!(Header::decode(&bad), Err(unknown));
+        bad[16] = 0b11_0000;
+        let misplaced = WireError::BadHeader("carrier descriptor misplaced or missing");
+        assert_eq!(Header::decode(&bad), Err(misplaced));
+        // A carrier's body whose last descriptor is a channel.
+        let mut bad = good;
+        bad[16] = 0;
+        assert_eq!(Header::decode(&bad), Err(misplaced));
         // Kinds set for descriptors that are not there.
         let mut bad = Header::new(Body::Inline, 0, 0, 0).encode();
         bad[17] = 1;
