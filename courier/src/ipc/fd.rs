@@ -53,6 +53,7 @@
 //! (`EMFILE`) gets an error for that message alone
 //! ([`WireError::ControlTruncated`](super::WireError::ControlTruncated)):
 //! the descriptors that came are closed, and the channel goes on.
+#![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::fmt;
@@ -91,6 +92,25 @@ thread_local! {
     static SPARE: RefCell<Vec<SharedFd>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The slot of `cell`, if `cell` is its only count. No `Weak` of a
+/// [`SharedFd`] is ever made, so a strong count of one is uniqueness, and
+/// the check is a load (`Arc::get_mut` makes a locked compare-exchange of
+/// the weak count: two of them a descriptor a message, a third of what
+/// courier adds to the kernel's work for one).
+fn unique(cell: &mut SharedFd) -> Option<&mut Option<OwnedFd>> {
+    if Arc::strong_count(cell) != 1 {
+        return None;
+    }
+    // SYNC POINT: pairs with the `Release` decrement of every other count
+    // that went (a send's, on whatever thread sent): its use of the
+    // descriptor happens before the caller takes or replaces it.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: the caller's count is the only one and no `Weak` exists, so
+    // nothing else can reach the slot but through `cell`, which the
+    // returned borrow holds exclusively.
+    Some(unsafe { &mut *Arc::as_ptr(cell).cast_mut() })
+}
+
 /// Keeps `cell`, whose descriptor is gone and which no one else counts, for
 /// the thread's next `IpcFd`.
 fn recycle(cell: SharedFd) {
@@ -126,7 +146,7 @@ impl IpcFd {
             .0
             .take()
             .expect("an IpcFd holds its count while it lives");
-        if let Some(fd) = Arc::get_mut(&mut cell).and_then(Option::take) {
+        if let Some(fd) = unique(&mut cell).and_then(Option::take) {
             recycle(cell);
             return fd;
         }
@@ -147,7 +167,7 @@ impl Drop for IpcFd {
         let Some(mut cell) = self.0.take() else {
             return; // `into_owned` took it
         };
-        if let Some(slot) = Arc::get_mut(&mut cell) {
+        if let Some(slot) = unique(&mut cell) {
             drop(slot.take());
             recycle(cell);
         }
@@ -183,7 +203,7 @@ impl From<OwnedFd> for IpcFd {
             .flatten();
         let cell = match spare {
             // A spare is counted by no one else (see `recycle`'s callers).
-            Some(mut cell) => match Arc::get_mut(&mut cell) {
+            Some(mut cell) => match unique(&mut cell) {
                 Some(slot) => {
                     *slot = Some(fd);
                     cell
