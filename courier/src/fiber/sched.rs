@@ -839,13 +839,17 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
         let n = w.rt.stealers.len();
         for k in 1..n {
             let victim = (w.index + k) % n;
-            if let Some(f) = w.rt.take_next(victim) {
-                return Some(f);
-            }
             match w.rt.stealers[victim].steal_batch_and_pop(&w.local) {
                 Steal::Success(f) => return Some(f),
                 Steal::Retry => retry = true,
-                Steal::Empty => {}
+                // The victim's newest fiber last: taken first, it would
+                // split fibers spawned together one by one between the
+                // workers, where a batch keeps neighbours together.
+                Steal::Empty => {
+                    if let Some(f) = w.rt.take_next(victim) {
+                        return Some(f);
+                    }
+                }
             }
         }
         if !retry {
