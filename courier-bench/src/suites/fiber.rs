@@ -10,6 +10,8 @@
 //! on one reused stack: the switch itself, and creation with no allocation).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use corosensei::stack::DefaultStack;
@@ -27,9 +29,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     reuse(ctx, &rt)?;
     switch(ctx, &rt)?;
     alive(ctx, &rt, 100_000)?;
-    if ctx.full() {
-        alive(ctx, &rt, 1_000_000)?;
-    }
+    alive(ctx, &rt, 1_000_000)?;
     Ok(())
 }
 
@@ -243,20 +243,24 @@ fn alive(ctx: &mut Ctx, rt: &fiber::Runtime, n: u64) -> Result<()> {
     let (per_fiber, spawn_ns) = rt.block_on(move || {
         let before = rss();
         let (tx, rx) = chan::bounded::<()>(0);
+        let waiting = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let fibers: Vec<_> = (0..n)
             .map(|_| {
                 let rx = rx.clone();
+                let waiting = Arc::clone(&waiting);
                 fiber::spawn(move || {
+                    waiting.fetch_add(1, Ordering::Relaxed);
                     let _ = rx.recv();
                 })
             })
             .collect();
         let spawn_ns = start.elapsed().as_nanos() as f64 / n as f64;
-        // Let every fiber run to its park.
-        fiber::yield_now();
-        let settle = fiber::spawn(|| ());
-        settle.join().expect("no panic");
+        // Every fiber runs to its park before the memory is read (each
+        // yield lets the worker run the fibers queued before this one).
+        while waiting.load(Ordering::Relaxed) < n {
+            fiber::yield_now();
+        }
         let per_fiber = rss().saturating_sub(before) as f64 / n as f64;
         drop(tx);
         fibers.into_iter().for_each(|f| f.join().expect("no panic"));
