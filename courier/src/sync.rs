@@ -43,6 +43,27 @@ pub(crate) mod thread {
     }
 }
 
+/// `arc`'s value, to change, if `arc` holds its only strong count: what `Arc::get_mut`
+/// answers, with a load where `get_mut` makes a locked compare-exchange of the weak count. (For
+/// `std`'s `Arc`, which is what the fiber runtime and `IpcFd` count with under loom too.)
+///
+/// # Safety
+/// No `Weak` of the allocation exists, and while the borrow lives nothing reaches the value
+/// through a pointer that holds no count.
+#[allow(unsafe_code)]
+#[inline]
+pub(crate) unsafe fn unique_arc<T>(arc: &mut std::sync::Arc<T>) -> Option<&mut T> {
+    if std::sync::Arc::strong_count(arc) != 1 {
+        return None;
+    }
+    // SYNC POINT: pairs with the `Release` decrement of every other count that went: what
+    // their holders did to the value happens before the caller's writes.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: the only strong count is the caller's and no `Weak` or uncounted pointer reaches
+    // the value (the caller's promise), so the returned borrow, which holds `arc`, is exclusive.
+    Some(unsafe { &mut *std::sync::Arc::as_ptr(arc).cast_mut() })
+}
+
 /// A busy-wait hint: `pause` on x86; a scheduling point for loom.
 #[inline(always)]
 pub(crate) fn spin_loop() {

@@ -560,21 +560,15 @@ impl fmt::Debug for TaskContext {
 /// allocation and its task id, counted by nothing else, with no `Park`.
 pub(crate) struct SpareContext(Arc<Inner>);
 
-/// The context, to reset, if `inner` is its only count. No `Weak` of a context is ever made,
-/// so a strong count of one is uniqueness, and the check is a load where `Arc::get_mut` makes
-/// a locked compare-exchange of the weak count (one each way a fiber's context is reused).
+/// The context, to reset, if `inner` is its only count (`Arc::get_mut` without its locked
+/// compare-exchange: one each way a fiber's context is reused).
 #[cfg(not(loom))]
 fn unique(inner: &mut Arc<Inner>) -> Option<&mut Inner> {
-    if Arc::strong_count(inner) != 1 {
-        return None;
-    }
-    // SYNC POINT: pairs with the `Release` decrement of every other count that went (a
-    // wait-list entry's): what its holder did to the context happens before the caller's
-    // writes.
-    crate::sync::atomic::fence(Ordering::Acquire);
-    // SAFETY: the caller's count is the only one and no `Weak` exists, so nothing else can
-    // reach the context but through `inner`, which the returned borrow holds exclusively.
-    Some(unsafe { &mut *Arc::as_ptr(inner).cast_mut() })
+    // SAFETY: no `Weak` of a context is ever made, and the only pointers to one that hold no
+    // count (`chan::local`'s in-place waiters, the installed current task) live only while
+    // its fiber waits or runs: never when the fiber has finished or not yet started, when its
+    // context is made or let go.
+    unsafe { crate::sync::unique_arc(inner) }
 }
 
 /// loom's `Arc` checks uniqueness itself.

@@ -336,11 +336,14 @@ impl Shared {
     /// that worker moving it to its queue, or another stealing it.
     fn take_next(&self, index: usize) -> Option<Queued> {
         let slot = &self.nexts[index];
-        if slot.load(Ordering::Relaxed).is_null() {
+        let seen = slot.load(Ordering::Relaxed);
+        if seen.is_null() {
             return None;
         }
         let taken = if self.stealers.len() == 1 {
-            slot.swap(std::ptr::null_mut(), Ordering::Relaxed)
+            // No other worker: no one else touches the slot.
+            slot.store(std::ptr::null_mut(), Ordering::Relaxed);
+            seen
         } else {
             // SYNC POINT: `Acquire` pairs with `put_next`'s `Release`: the
             // fiber's making is seen by whoever takes it.
@@ -680,23 +683,13 @@ pub(crate) fn run_if_next(fiber: &Fiber) {
     CURRENT.with(|c| c.set(me));
 }
 
-/// The fiber, to reset, if `fiber` is its only count. No `Weak` of a fiber
-/// is ever made, so a strong count of one is uniqueness, and the check is a
-/// load (`Arc::get_mut` makes a locked compare-exchange of the weak count:
-/// two of them a spawn and join).
+/// The fiber, to reset, if `fiber` is its only count (`Arc::get_mut`
+/// without its locked compare-exchange: two of them a spawn and join).
 fn unique(fiber: &mut Arc<Fiber>) -> Option<&mut Fiber> {
-    if Arc::strong_count(fiber) != 1 {
-        return None;
-    }
-    // SYNC POINT: pairs with the `Release` decrement of every other count
-    // that went: what their holders did to the fiber happens before the
-    // caller's writes.
-    fence(Ordering::Acquire);
-    // SAFETY: the caller's count is the only one and no `Weak` exists, so
-    // nothing else can reach the fiber but through `fiber` (a fiber that is
-    // not counted is not queued, running or in a slot: see `Queued`), which
-    // the returned borrow holds exclusively.
-    Some(unsafe { &mut *Arc::as_ptr(fiber).cast_mut() })
+    // SAFETY: no `Weak` of a fiber is ever made, and a fiber that is not
+    // counted is not queued, running or in a slot (see `Queued`): no
+    // uncounted pointer reaches it.
+    unsafe { crate::sync::unique_arc(fiber) }
 }
 
 impl Fiber {

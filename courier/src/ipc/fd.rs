@@ -92,23 +92,13 @@ thread_local! {
     static SPARE: RefCell<Vec<SharedFd>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The slot of `cell`, if `cell` is its only count. No `Weak` of a
-/// [`SharedFd`] is ever made, so a strong count of one is uniqueness, and
-/// the check is a load (`Arc::get_mut` makes a locked compare-exchange of
-/// the weak count: two of them a descriptor a message, a third of what
-/// courier adds to the kernel's work for one).
+/// The slot of `cell`, if `cell` is its only count (`Arc::get_mut` without
+/// its locked compare-exchange: two of them a descriptor a message, a third
+/// of what courier adds to the kernel's work for one).
 fn unique(cell: &mut SharedFd) -> Option<&mut Option<OwnedFd>> {
-    if Arc::strong_count(cell) != 1 {
-        return None;
-    }
-    // SYNC POINT: pairs with the `Release` decrement of every other count
-    // that went (a send's, on whatever thread sent): its use of the
-    // descriptor happens before the caller takes or replaces it.
-    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-    // SAFETY: the caller's count is the only one and no `Weak` exists, so
-    // nothing else can reach the slot but through `cell`, which the
-    // returned borrow holds exclusively.
-    Some(unsafe { &mut *Arc::as_ptr(cell).cast_mut() })
+    // SAFETY: no `Weak` of a `SharedFd` is ever made, nor any pointer to
+    // one that holds no count.
+    unsafe { crate::sync::unique_arc(cell) }
 }
 
 /// Keeps `cell`, whose descriptor is gone and which no one else counts, for
