@@ -684,7 +684,7 @@ pub(crate) fn run_if_next(fiber: &Fiber) {
 }
 
 /// The fiber, to reset, if `fiber` is its only count (`Arc::get_mut`
-/// without its locked compare-exchange: two of them a spawn and join).
+/// without its locked compare-exchange: three of them a spawn and join).
 fn unique(fiber: &mut Arc<Fiber>) -> Option<&mut Fiber> {
     // SAFETY: no `Weak` of a fiber is ever made, and a fiber that is not
     // counted is not queued, running or in a slot (see `Queued`): no
