@@ -58,7 +58,7 @@
 use std::any::Any;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
@@ -105,6 +105,9 @@ pub(crate) struct Fiber {
     /// The coroutine's yielder, set when it starts (it lives on the fiber's
     /// stack for as long as the coroutine does); read by the fiber itself.
     yielder: Cell<*const Yielder<(), Suspend>>,
+    /// The next fiber on the run queue of fibers at home on a worker
+    /// ([`Pinned`]), while this one is on it.
+    pinned_next: Cell<*const Fiber>,
     /// Touched only by the worker that runs the fiber, while it does.
     run: UnsafeCell<Running>,
     /// Its result, for the one that joins it.
@@ -121,9 +124,9 @@ struct Running {
 
 // SAFETY: the fields a fiber shares between threads are its home, its
 // name, its join slot and the runtime's `Shared` (all `Sync`); `state`,
-// `run` and `yielder` are touched only by the one worker running the fiber
-// (its home once started: a wake-up from elsewhere goes through that
-// worker's inbox, see `unpark`), and the fiber itself. Before it starts,
+// `run`, `yielder` and `pinned_next` are touched only by the one worker
+// running the fiber (its home once started: a wake-up from elsewhere goes
+// through that worker's inbox, see `unpark`), and the fiber itself. Before it starts,
 // its coroutine holds only the `Send` closure it starts from, and may move
 // to any worker (taken off a run queue, which hands it over with the
 // queue's own synchronisation); once started it never leaves its home
@@ -170,7 +173,7 @@ impl Park for Fiber {
             w.is_null()
                 || unsafe {
                     let w = &*w;
-                    w.local.is_empty() && w.pinned.borrow().is_empty() && !w.next_hint.get()
+                    w.local.is_empty() && w.pinned.is_empty() && !w.next_hint.get()
                 }
         })
     }
@@ -217,7 +220,7 @@ pub(super) fn unpark(fiber: &Fiber) {
 #[inline]
 fn wake_here(w: &WorkerState, fiber: &Fiber) {
     if fiber.state.unpark() {
-        w.pinned.borrow_mut().push_back(Queued::new(fiber));
+        w.pinned.push_back(fiber);
     }
 }
 
@@ -246,6 +249,52 @@ unsafe impl Send for Queued {}
 impl Queued {
     fn new(fiber: &Fiber) -> Queued {
         Queued(NonNull::from(fiber))
+    }
+}
+
+/// A worker's run queue of fibers at home there, first in, first out: a
+/// list through the fibers' own `pinned_next` links. A fiber is on one run
+/// queue at a time (see [`Queued`]), and this one is touched only by its
+/// worker, so a yield's queue round trip is a few loads and stores, with no
+/// ring buffer's index arithmetic nor a borrow flag.
+struct Pinned {
+    /// The first fiber, null when empty.
+    head: Cell<*const Fiber>,
+    /// The last fiber, null when empty.
+    tail: Cell<*const Fiber>,
+}
+
+impl Pinned {
+    fn new() -> Pinned {
+        Pinned {
+            head: Cell::new(std::ptr::null()),
+            tail: Cell::new(std::ptr::null()),
+        }
+    }
+
+    fn push_back(&self, fiber: &Fiber) {
+        fiber.pinned_next.set(std::ptr::null());
+        let tail = self.tail.replace(fiber);
+        match tail.is_null() {
+            true => self.head.set(fiber),
+            // SAFETY: `tail` is queued here, so it is alive (see `Queued`).
+            false => unsafe { &*tail }.pinned_next.set(fiber),
+        }
+    }
+
+    fn pop_front(&self) -> Option<Queued> {
+        let head = NonNull::new(self.head.get().cast_mut())?;
+        // SAFETY: `head` is queued here, so it is alive (see `Queued`).
+        let next = unsafe { head.as_ref() }.pinned_next.get();
+        self.head.set(next);
+        if next.is_null() {
+            self.tail.set(std::ptr::null());
+        }
+        Some(Queued(head))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.get().is_null()
     }
 }
 
@@ -391,7 +440,7 @@ fn queue_new(fiber: &Arc<Fiber>) {
     if home != NO_HOME {
         let w = here.filter(|w| w.index == home);
         let w = w.expect("a pinned fiber is spawned on its own worker");
-        w.pinned.borrow_mut().push_back(Queued::new(fiber));
+        w.pinned.push_back(fiber);
         return;
     }
     match here {
@@ -418,7 +467,7 @@ pub(super) struct WorkerState {
     pub(super) rt: Arc<Shared>,
     local: Deque<Queued>,
     /// Fibers at home here, ready to run (no one steals them).
-    pinned: RefCell<VecDeque<Queued>>,
+    pinned: Pinned,
     /// Parks with a deadline: when to unpark whom.
     timers: RefCell<BinaryHeap<Reverse<Timer>>>,
     timer_seq: Cell<u64>,
@@ -605,6 +654,7 @@ where
             home: AtomicUsize::new(home),
             rt: Arc::clone(rt),
             yielder: Cell::new(std::ptr::null()),
+            pinned_next: Cell::new(std::ptr::null()),
             run: UnsafeCell::new(run),
             join: JoinSlot::new(),
         }),
@@ -782,7 +832,7 @@ fn run(w: &WorkerState, queued: Queued) {
 /// Queues a fiber that stays ready (it has started here: its home) at the
 /// back of this worker's own queue.
 fn requeue(w: &WorkerState, fiber: &Fiber) {
-    w.pinned.borrow_mut().push_back(Queued::new(fiber));
+    w.pinned.push_back(fiber);
 }
 
 /// A counted handle on `fiber`, which is alive.
@@ -809,7 +859,7 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
             w.local.push(newest);
         }
     }
-    let home = || w.pinned.borrow_mut().pop_front();
+    let home = || w.pinned.pop_front();
     let found = match turn {
         true => home().or_else(|| w.local.pop()),
         false => w.local.pop().or_else(home),
@@ -818,7 +868,7 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
         return found;
     }
     if take_wake_ups(w) {
-        if let Some(f) = w.pinned.borrow_mut().pop_front() {
+        if let Some(f) = w.pinned.pop_front() {
             return Some(f);
         }
     }
@@ -899,7 +949,7 @@ fn fire_timers(w: &WorkerState) -> Option<Instant> {
 
 /// Whether worker `w` could find anything to run.
 fn has_work(w: &WorkerState) -> bool {
-    !w.pinned.borrow().is_empty()
+    !w.pinned.is_empty()
         || !w.local.is_empty()
         || w.rt
             .nexts
@@ -1038,7 +1088,7 @@ impl Workers {
                         index,
                         rt,
                         local,
-                        pinned: RefCell::new(VecDeque::new()),
+                        pinned: Pinned::new(),
                         timers: RefCell::new(BinaryHeap::new()),
                         timer_seq: Cell::new(0),
                         turn: Cell::new(false),
