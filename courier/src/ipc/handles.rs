@@ -183,6 +183,21 @@ impl Drop for Active {
     }
 }
 
+/// Calls `f` with the descriptors of `held`, borrowed: from the stack for
+/// the few most messages carry (no allocation a message).
+fn borrowed<R>(held: &[Held], f: impl FnOnce(&[BorrowedFd<'_>]) -> R) -> R {
+    const STACK: usize = 8;
+    match held.len() {
+        0 => f(&[]),
+        n @ 1..=STACK => {
+            // (The places past `n` repeat the last one, never read.)
+            let fds: [BorrowedFd<'_>; STACK] = std::array::from_fn(|i| held[i.min(n - 1)].as_fd());
+            f(&fds[..n])
+        }
+        _ => f(&held.iter().map(AsFd::as_fd).collect::<Vec<_>>()),
+    }
+}
+
 fn walk<T: Serialize + ?Sized, R>(
     value: &T,
     buf: &mut Vec<u8>,
@@ -199,8 +214,7 @@ fn walk<T: Serialize + ?Sized, R>(
     let Some(skip) = skipped else {
         // The common case, one walk: send with the table's descriptors.
         return Ok(send_aside(|held| {
-            let fds: Vec<BorrowedFd<'_>> = held.iter().map(AsFd::as_fd).collect();
-            send(&[IoSlice::new(buf)], &fds)
+            borrowed(held, |fds| send(&[IoSlice::new(buf)], fds))
         }));
     };
     let fds = OUTGOING.try_with(|o| {

@@ -357,16 +357,21 @@ impl Header {
     /// Decodes and validates a header.
     #[inline]
     pub fn decode(bytes: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
-        // Fast path, the common case: inline, no descriptors, no kinds.
+        // Fast path, the common case: inline, no skew, no flags, and as many
+        // descriptors as the kinds can spell, all channels' or plain ones
+        // (kinds 0): what a message with or without descriptors sends.
         const PLAIN: u64 = MAGIC as u64; // body 0, nfds 0, skew 0, flags 0
-        if u64::from_le_bytes(field(bytes, 0)) == PLAIN
+        const NFDS: u64 = 0xFF << 40;
+        let nfds = usize::from(bytes[5]);
+        if u64::from_le_bytes(field(bytes, 0)) & !NFDS == PLAIN
+            && nfds <= KINDS
             && u128::from_le_bytes(field(bytes, 16)) == 0
         {
             let total = u64::from_le_bytes(field(bytes, 8));
             let tag = u64::from_le_bytes(field(bytes, 32));
             return Ok(Header {
                 body: Body::Inline,
-                nfds: 0,
+                nfds,
                 total,
                 kinds: 0,
                 tag,
@@ -671,6 +676,25 @@ mod tests {
                 proptest::prop_assert_eq!(&p.encode()[..], &bytes[..FD_PACKET_LEN]);
             }
             let _ = PacketKind::of(&bytes);
+        }
+
+        #[test]
+        fn the_fast_path_agrees_with_every_check(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN),
+            nfds in 0u8..=255,
+            shaped in proptest::prelude::any::<bool>(),
+        ) {
+            let mut header: [u8; HEADER_LEN] = bytes.try_into().unwrap();
+            if shaped {
+                // What the fast path looks for, but for the count.
+                header[..4].copy_from_slice(&MAGIC.to_le_bytes());
+                header[4] = 0;
+                header[5] = nfds;
+                header[6] = 0;
+                header[7] = 0;
+                header[16..32].fill(0);
+            }
+            proptest::prop_assert_eq!(Header::decode(&header), Header::decode_slow(&header));
         }
     }
 }
