@@ -15,7 +15,8 @@ use crate::ipc::platform::{Os, Process};
 ///
 /// Each thread keeps a pool of [`TAG_POOL`] tags filled by one `getrandom`
 /// call: asking the kernel for every tag cost one system call per message
-/// (~0.3 µs); 128 at once make it about 3 ns a message, for 1 KiB a thread. A forked child inherits its parent's pools, so `fork` bumps
+/// (~0.3 µs); 128 at once make it about 3 ns a message, for 1 KiB a thread.
+/// A forked child inherits its parent's pools, so `fork` bumps
 /// [`FORKS`] and a pool filled before the last fork is refilled: parent and
 /// child never share tags.
 pub(crate) fn random_tag() -> u64 {
