@@ -164,6 +164,49 @@ impl CopyPair {
     }
 }
 
+/// Where Linux keeps the most mappings a process may have.
+const MAX_MAP_COUNT: &str = "/proc/sys/vm/max_map_count";
+
+/// `vm.max_map_count` raised for a case that maps more than its default
+/// (65,530) allows, put back as it was on drop. A fiber's or a coroutine's
+/// stack and the guard page below it are two mappings, so a hundred
+/// thousand of them need more.
+#[derive(Debug)]
+pub struct MapCount {
+    restore: Option<u64>,
+}
+
+impl MapCount {
+    /// Room for at least `want` mappings: the limit as it is if it is
+    /// enough, else raised if this process may (root). `None` if it stays
+    /// below `want`.
+    pub fn at_least(want: u64) -> Option<MapCount> {
+        let now = map_count()?;
+        if now >= want {
+            return Some(MapCount { restore: None });
+        }
+        std::fs::write(MAX_MAP_COUNT, want.to_string()).ok()?;
+        Some(MapCount { restore: Some(now) })
+    }
+}
+
+impl Drop for MapCount {
+    fn drop(&mut self) {
+        if let Some(old) = self.restore {
+            let _ = std::fs::write(MAX_MAP_COUNT, old.to_string());
+        }
+    }
+}
+
+/// `vm.max_map_count` now.
+pub fn map_count() -> Option<u64> {
+    std::fs::read_to_string(MAX_MAP_COUNT)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ use corosensei::{Coroutine, CoroutineResult};
 use courier::{chan, fiber};
 
 use crate::harness::measure::{Sampled, Sampler};
+use crate::harness::mem::{map_count, MapCount};
 use crate::harness::{Case, Ctx, Result};
 
 /// Measures every case (see the module docs).
@@ -210,35 +211,19 @@ fn rss() -> u64 {
         .map_or(0, |kib| kib << 10)
 }
 
-/// Raises `vm.max_map_count` to `want` if it is lower and this process may
-/// (root); returns what to restore.
-fn raise_map_count(want: u64) -> Option<u64> {
-    let path = "/proc/sys/vm/max_map_count";
-    let now: u64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    if now >= want {
-        return None;
-    }
-    std::fs::write(path, want.to_string()).ok()?;
-    Some(now)
-}
-
 fn alive(ctx: &mut Ctx, rt: &fiber::Runtime, n: u64) -> Result<()> {
     let label = if n >= 1_000_000 { "1m" } else { "100k" };
     let case = Case::new(format!("alive_{label}")).tasks(n);
     if !ctx.wants(&case) {
         return Ok(());
     }
-    let restore = raise_map_count(2 * n + 100_000);
-    if n > 30_000 && restore.is_none() {
-        let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
-        if limit.trim().parse::<u64>().unwrap_or(0) < 2 * n {
-            ctx.note(format!(
-                "alive_{label}: vm.max_map_count is {} and could not be raised: skipped",
-                limit.trim()
-            ));
-            return Ok(());
-        }
-    }
+    let Some(_maps) = MapCount::at_least(2 * n + 100_000) else {
+        ctx.note(format!(
+            "alive_{label}: vm.max_map_count is {} and could not be raised: skipped",
+            map_count().unwrap_or(0)
+        ));
+        return Ok(());
+    };
     ctx.status(format!("alive_{label} · courier"));
     let (per_fiber, spawn_ns) = rt.block_on(move || {
         let before = rss();
@@ -268,8 +253,5 @@ fn alive(ctx: &mut Ctx, rt: &fiber::Runtime, n: u64) -> Result<()> {
     });
     ctx.record_value(&case, "courier", "rss_per_fiber_bytes", "B", per_fiber);
     ctx.record_value(&case, "courier", "spawn_ns", "ns", spawn_ns);
-    if let Some(old) = restore {
-        let _ = std::fs::write("/proc/sys/vm/max_map_count", old.to_string());
-    }
     Ok(())
 }
