@@ -2,7 +2,7 @@
 # Regenerates BENCHMARKS.md and docs/bench/ipc_sendrecv.svg from one run of every
 # courier-bench suite. The file is rewritten whole: never edit it by hand.
 #
-#   bash scripts/benchmarks.sh            quick run: about a minute of measurement, plus the build
+#   bash scripts/benchmarks.sh            quick run: about 2.5 minutes of measurement, plus the build
 #   bash scripts/benchmarks.sh --full     the original benchmarks' parameters: much longer
 #   bash scripts/benchmarks.sh --json F   also keep every figure as JSON records (for `compare`)
 #
