@@ -117,6 +117,10 @@ async fn messages_held_before_the_stream_come_first() {
 
 /// `next()` races a short timer many times while a sender sends slowly: a
 /// `next()` future dropped by the timer's win must take no message with it.
+/// The sender's pauses are three times tokio's timer tick (a millisecond:
+/// a shorter sleep still waits for the next tick), so the timer wins in
+/// every pause however the threads are scheduled; between pauses, messages
+/// race it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_next_future_loses_no_message() {
     const N: u64 = 300;
@@ -124,8 +128,8 @@ async fn a_dropped_next_future_loses_no_message() {
     let sender = thread::spawn(move || {
         for n in 0..N {
             tx.send(n).unwrap();
-            if n % 3 == 0 {
-                thread::sleep(Duration::from_micros(300));
+            if n % 20 == 0 {
+                thread::sleep(Duration::from_millis(3));
             }
         }
     });
@@ -139,7 +143,7 @@ async fn a_dropped_next_future_loses_no_message() {
                     Some(n) => got.push(n.unwrap()),
                     None => break,
                 },
-                () = tokio::time::sleep(Duration::from_micros(100)) => timer_won += 1,
+                () = tokio::time::sleep(Duration::from_millis(1)) => timer_won += 1,
             }
         }
     })
