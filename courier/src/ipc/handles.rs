@@ -50,7 +50,7 @@ use super::config::Config;
 use super::err::SerDeError;
 use super::err::WireError;
 use super::fd::SharedFd;
-use super::platform::{Os, Transport};
+use super::platform::{Os, Transport, FDS_PER_PACKET};
 use super::shm::SharedRegion;
 use super::split::{self, Layout, Parts};
 use super::transport::{Backlog, OsReceiver};
@@ -184,18 +184,27 @@ impl Drop for Active {
 }
 
 /// Calls `f` with the descriptors of `held`, borrowed: from the stack for
-/// the few most messages carry (no allocation a message).
+/// as many as one descriptor packet carries (no allocation a message).
 fn borrowed<R>(held: &[Held], f: impl FnOnce(&[BorrowedFd<'_>]) -> R) -> R {
-    const STACK: usize = 8;
+    /// Most messages carry a few: a short array to fill.
+    const FEW: usize = 8;
     match held.len() {
         0 => f(&[]),
-        n @ 1..=STACK => {
-            // (The places past `n` repeat the last one, never read.)
-            let fds: [BorrowedFd<'_>; STACK] = std::array::from_fn(|i| held[i.min(n - 1)].as_fd());
-            f(&fds[..n])
-        }
+        1..=FEW => on_stack::<FEW, R>(held, f),
+        ..=FDS_PER_PACKET => on_stack::<FDS_PER_PACKET, R>(held, f),
         _ => f(&held.iter().map(AsFd::as_fd).collect::<Vec<_>>()),
     }
+}
+
+/// [`borrowed`] for at most `N` (and at least one) descriptors.
+#[inline]
+fn on_stack<const N: usize, R>(held: &[Held], f: impl FnOnce(&[BorrowedFd<'_>]) -> R) -> R {
+    // (The places past `held.len()` repeat the first one, never read.)
+    let mut fds = [held[0].as_fd(); N];
+    for (fd, held) in fds.iter_mut().zip(held) {
+        *fd = held.as_fd();
+    }
+    f(&fds[..held.len()])
 }
 
 fn walk<T: Serialize + ?Sized, R>(
@@ -557,6 +566,9 @@ fn serialize_held<S: Serializer>(
         Err("a courier channel cannot be sent while its thread's locals are torn down".to_owned())
     });
     match index {
+        // The same byte a `u32` below 128 is written as (postcard's
+        // varint), pushed rather than copied from a scratch array.
+        Ok(index @ 0..0x80) => (index as u8).serialize(serializer),
         Ok(index) => (index as u32).serialize(serializer),
         Err(why) => Err(S::Error::custom(why)),
     }
