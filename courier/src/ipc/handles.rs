@@ -191,7 +191,7 @@ fn borrowed<R>(held: &[Held], f: impl FnOnce(&[BorrowedFd<'_>]) -> R) -> R {
     match held.len() {
         0 => f(&[]),
         1..=FEW => on_stack::<FEW, R>(held, f),
-        ..=FDS_PER_PACKET => on_stack::<FDS_PER_PACKET, R>(held, f),
+        FEW..=FDS_PER_PACKET => on_stack::<FDS_PER_PACKET, R>(held, f),
         _ => f(&held.iter().map(AsFd::as_fd).collect::<Vec<_>>()),
     }
 }
