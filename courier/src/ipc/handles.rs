@@ -186,12 +186,11 @@ impl Drop for Active {
 /// Calls `f` with the descriptors of `held`, borrowed: from the stack for
 /// as many as one descriptor packet carries (no allocation a message).
 fn borrowed<R>(held: &[Held], f: impl FnOnce(&[BorrowedFd<'_>]) -> R) -> R {
-    /// Most messages carry a few: a short array to fill.
-    const FEW: usize = 8;
+    // (Most messages carry a few: a short array to fill.)
     match held.len() {
         0 => f(&[]),
-        1..=FEW => on_stack::<FEW, R>(held, f),
-        FEW..=FDS_PER_PACKET => on_stack::<FDS_PER_PACKET, R>(held, f),
+        1..=8 => on_stack::<8, R>(held, f),
+        9..=FDS_PER_PACKET => on_stack::<FDS_PER_PACKET, R>(held, f),
         _ => f(&held.iter().map(AsFd::as_fd).collect::<Vec<_>>()),
     }
 }
