@@ -452,6 +452,13 @@ impl OsReceiver {
                         false => None,
                     };
                     let read = match read {
+                        // Its payload came whole in the record: what `finish`
+                        // does for an inline body, without its setup.
+                        Some(Ok(Beside::Whole(fds))) if header.body == Body::Inline => {
+                            self.guess.set(header.total as usize);
+                            self.packet_guess.set(header.total as usize);
+                            return Ok((fds, false));
+                        }
                         Some(Ok(Beside::Whole(fds))) => {
                             return self.finish(&mut state, header, dst, fds, split, None, wait);
                         }
