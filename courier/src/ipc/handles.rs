@@ -279,29 +279,51 @@ fn walk<T: Serialize + ?Sized, R>(
 fn send_aside<R>(send: impl FnOnce(&[Held]) -> R) -> R {
     let mine = OUTGOING.try_with(|o| {
         let mut table = o.borrow_mut();
-        if table.fds.is_empty() && table.backlogs.is_empty() && table.again.is_none() {
-            table.active = false;
-            None
+        table.active = false;
+        if table.backlogs.is_empty() && table.again.is_none() {
+            // Descriptors alone, or nothing: their list is all there is to
+            // set aside (moved, not the whole table).
+            match table.fds.is_empty() {
+                true => Aside::Nothing,
+                false => Aside::Fds(std::mem::take(&mut table.fds)),
+            }
         } else {
-            Some(std::mem::replace(&mut *table, Outgoing::IDLE))
+            Aside::Whole(Box::new(std::mem::replace(&mut *table, Outgoing::IDLE)))
         }
     });
     // (The table is gone while the thread's locals are torn down: the
     // message can hold no channel end, and goes without descriptors.)
     let sent = match &mine {
-        Ok(Some(table)) => send(&table.fds),
-        _ => send(&[]),
+        Ok(Aside::Fds(fds)) => send(fds),
+        Ok(Aside::Whole(table)) => send(&table.fds),
+        Ok(Aside::Nothing) | Err(_) => send(&[]),
     };
     if let Ok(mine) = mine {
         let _ = OUTGOING.try_with(|o| {
             let mut table = o.borrow_mut();
             match mine {
-                Some(mine) => *table = mine,
-                None => table.active = true,
+                Aside::Nothing => table.active = true,
+                // (Back for its allocation; `Active` empties it.)
+                Aside::Fds(fds) => {
+                    table.fds = fds;
+                    table.active = true;
+                }
+                Aside::Whole(mine) => *table = *mine,
             }
         });
     }
     sent
+}
+
+/// What [`send_aside`] keeps of the thread's table while a send runs.
+enum Aside {
+    /// Nothing: the usual message, which holds no channel end.
+    Nothing,
+    /// The message's descriptors (the rest of the table is empty).
+    Fds(Vec<Held>),
+    /// Everything (receivers' backlogs, or a later walk's counts; rare,
+    /// so boxed: the usual send moves a word or three, not a table).
+    Whole(Box<Outgoing>),
 }
 
 /// Where a byte string sent from the caller's memory belongs.
