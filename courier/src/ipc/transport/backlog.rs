@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::pending::{Ready, RecvState, Refused, Waiting, MAX_REFUSED, MAX_WAITING};
 use super::read::check;
-use super::recv::{OsReceiver, Ready, RecvState, Refused, Waiting, MAX_REFUSED, MAX_WAITING};
+use super::recv::OsReceiver;
 use super::RecvError;
 use crate::ipc::config::Config;
 use crate::ipc::err::WireError;

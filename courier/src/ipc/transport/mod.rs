@@ -7,8 +7,10 @@
 //!   (inline, a region passed by descriptor, a region the receiver holds,
 //!   fragments);
 //! * [`frag`]: fragmentation, for a message no packet and no region carries;
-//! * [`recv`]: the receiving end: its queues, and the completion of a
-//!   message whose payload travels elsewhere;
+//! * [`recv`]: the receiving end, and the completion of a message whose
+//!   payload travels elsewhere;
+//! * [`pending`]: what a receiver holds between receives (messages waiting
+//!   for their descriptors, refused, or complete and not handed out);
 //! * [`read`]: the reads of one packet, into the destination or the
 //!   thread's scratch area;
 //! * [`backlog`]: what a receiver sent to another process takes along;
@@ -18,6 +20,7 @@
 
 pub(crate) mod backlog;
 pub(crate) mod frag;
+pub(crate) mod pending;
 pub(crate) mod read;
 pub(crate) mod recv;
 pub(crate) mod ring;

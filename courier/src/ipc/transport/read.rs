@@ -7,7 +7,8 @@ use std::mem::{ManuallyDrop, MaybeUninit};
 
 use rustix::io::Errno;
 
-use super::recv::{OsReceiver, RecvState, Split, MAX_SPLIT_HEAD, SCATTER_MIN};
+use super::pending::RecvState;
+use super::recv::{OsReceiver, Split, MAX_SPLIT_HEAD, SCATTER_MIN};
 use super::RecvError;
 use crate::buf::{fill_spare, RawIoVec, UbufMut};
 use crate::ipc::err::WireError;

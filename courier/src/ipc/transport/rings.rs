@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::recv::DESCRIPTOR_WAIT;
+use super::pending::DESCRIPTOR_WAIT;
 use super::ring::{Reader, Record};
 use super::RecvError;
 use crate::ipc::err::WireError;
