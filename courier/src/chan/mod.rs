@@ -24,7 +24,7 @@
 //! | --- | --- | --- | --- |
 //! | [`bounded(n)`](bounded), n ≥ 2 | Vyukov's array queue (`flavors/array.rs`) | while full | `n` slots, allocated once |
 //! | [`bounded(1)`](bounded) | one slot, one state word (`flavors/one.rs`) | while full | one slot |
-//! | [`unbounded()`](unbounded) | linked list of 31-slot blocks (`flavors/list.rs`) | never | one block per 31 messages |
+//! | [`unbounded()`](unbounded) | linked list of 31-slot blocks (`flavors/list/`) | never | one block per 31 messages |
 //! | [`bounded(0)`](bounded) | rendezvous (`flavors/zero.rs`) | until a receiver takes it | none |
 //! | [`oneshot()`](oneshot()) | one slot, one message | never | one slot |
 //! | [`local::channel()`](local) | `VecDeque` in a `RefCell`, `!Send`, no atomics | (fibers only) | grows |
