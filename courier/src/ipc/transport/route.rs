@@ -219,12 +219,15 @@ impl OsSender {
             )));
         }
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        // The steady state of small messages: a record, and nothing else.
-        if channels.is_empty()
-            && total <= PAYLOAD_MAX
+        // The steady state of small messages: a record (and the descriptors'
+        // packet, if any), nothing else.
+        // (A send that may not wait takes the general route with descriptors:
+        // it looks for the socket's room for their packet first.)
+        if total <= PAYLOAD_MAX
+            && (channels.is_empty() || matches!(wait, Wait::Block))
             && self.inner.ring_state.load(Ordering::Acquire) == RING_ON
         {
-            if let Some(sent) = self.try_plain_record(parts, total) {
+            if let Some(sent) = self.try_record(parts, total, channels) {
                 return sent;
             }
         }
@@ -442,17 +445,20 @@ impl OsSender {
         }
     }
 
-    /// A message without descriptors whose payload fits a record, through
-    /// the ring the receiver took on, without the general route's setup
-    /// (its header, its descriptor packets, its wait for room): what
-    /// [`try_data`](Self::try_data) does for it when the record fits.
-    /// `None`: the general route takes it (no ring in use yet, a full ring,
-    /// a gone or corrupt one), and finds the ring as it was.
+    /// A message whose payload fits a record, through the ring the
+    /// receiver took on, without the general route's setup (its choice of
+    /// route, its wait for room): what [`try_data`](Self::try_data) does
+    /// for it when the record fits. A message with descriptors writes its
+    /// header into the record and sends its descriptor packet under the
+    /// ring's lock, as there. `None`: the general route takes it (no ring
+    /// in use yet, a full ring, a gone or corrupt one), and finds the ring
+    /// as it was.
     #[inline]
-    fn try_plain_record(
+    fn try_record(
         &self,
         parts: &[IoSlice<'_>],
         total: usize,
+        channels: &[BorrowedFd<'_>],
     ) -> Option<Result<(), SendError>> {
         let mut ring = self.lock_ring();
         let RingSend {
@@ -469,12 +475,21 @@ impl OsSender {
         if sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd()) {
             return Some(Err(SendError::Disconnected));
         }
-        let parked = writer.push(None, parts, total).ok()?;
+        let (parked, fds) = match channels.is_empty() {
+            true => (writer.push(None, parts, total).ok()?, Ok(())),
+            false => {
+                let tag = random_tag();
+                let header = Header::new(Body::Inline, total, channels.len(), tag).encode();
+                let parked = writer.push(Some(&header), parts, total).ok()?;
+                // Under the lock: see `try_data`.
+                (parked, self.send_fds(channels, None, tag))
+            }
+        };
         drop(ring);
         if parked {
             self.ring_bell();
         }
-        Some(Ok(()))
+        Some(fds.map_err(SendError::from))
     }
 
     /// Wakes a receiver parked on its socket (see `ring`): a [`Body::Wake`]
