@@ -28,13 +28,16 @@ impl State {
         State(Cell::new(QUEUED))
     }
 
-    /// The worker starts a turn of the fiber. (A fiber that yielded is
-    /// already `RUNNING`, or `NOTIFIED`, which the turn keeps.)
+    /// The worker starts a turn of the fiber: `true` if it was queued (new,
+    /// or woken from a park). (A fiber that yielded is already `RUNNING`,
+    /// or `NOTIFIED`, which the turn keeps.)
     #[inline]
-    pub(crate) fn start_turn(&self) {
-        if self.0.get() == QUEUED {
+    pub(crate) fn start_turn(&self) -> bool {
+        let queued = self.0.get() == QUEUED;
+        if queued {
             self.0.set(RUNNING);
         }
+        queued
     }
 
     /// The running fiber is about to park: `false` if it had a wake-up
@@ -77,13 +80,14 @@ mod tests {
     #[test]
     fn a_wake_up_before_a_park_is_kept_and_one_after_queues_once() {
         let state = State::queued();
-        state.start_turn();
+        assert!(state.start_turn(), "a new fiber's first turn starts it");
+        assert!(!state.start_turn(), "a fiber that yielded is running");
         assert!(!state.unpark(), "a running fiber is not queued");
         assert!(!state.park(), "its token makes the park return");
         assert!(state.park(), "the next park suspends");
         assert!(state.unpark(), "the first wake-up queues it");
         assert!(!state.unpark(), "a second one finds it queued");
-        state.start_turn();
+        assert!(state.start_turn(), "a woken fiber's turn starts it again");
         assert!(state.park());
     }
 }

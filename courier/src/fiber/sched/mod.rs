@@ -758,9 +758,9 @@ fn run(w: &WorkerState, queued: Queued) {
     // SAFETY: a queued fiber is alive (see `Queued`); a fiber that finishes
     // in this turn may be freed at its end, after its last use below.
     let fiber = unsafe { queued.0.as_ref() };
-    fiber.state.start_turn();
-    // Its first turn makes this worker its home (see the module docs).
-    if fiber.home.load(Ordering::Relaxed) == NO_HOME {
+    // Its first turn makes this worker its home (see the module docs); a
+    // fiber that yielded, still running, has one.
+    if fiber.state.start_turn() && fiber.home.load(Ordering::Relaxed) == NO_HOME {
         fiber.home.store(w.index, Ordering::Relaxed);
     }
     CURRENT.with(|c| c.set(fiber));
