@@ -217,6 +217,13 @@ impl UnixStream {
     }
 }
 
+/// Connections a listener queues before they are accepted (what `listen(2)`
+/// is given; the kernel caps it at `net.core.somaxconn`). std's `bind` asks
+/// for 128, which a burst of connections to a fiber server overflows: on
+/// loopback, a thousand clients connecting at once then saw some of their
+/// connections reset. tokio's listeners ask for 1,024 too.
+const BACKLOG: i32 = 1024;
+
 /// A TCP listener whose `accept` parks the calling fiber.
 #[derive(Debug)]
 pub struct TcpListener {
@@ -227,9 +234,11 @@ pub struct TcpListener {
 deregister_on_drop!(TcpListener);
 
 impl TcpListener {
-    /// Binds to `addr` and listens.
+    /// Binds to `addr` and listens, with room for 1,024 connections
+    /// not yet accepted.
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         let inner = std::net::TcpListener::bind(addr)?;
+        rustix::net::listen(&inner, BACKLOG)?;
         inner.set_nonblocking(true)?;
         Ok(TcpListener {
             inner,
@@ -261,9 +270,11 @@ pub struct UnixListener {
 deregister_on_drop!(UnixListener);
 
 impl UnixListener {
-    /// Binds to `path` and listens.
+    /// Binds to `path` and listens, with room for 1,024 connections
+    /// not yet accepted.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let inner = std::os::unix::net::UnixListener::bind(path)?;
+        rustix::net::listen(&inner, BACKLOG)?;
         inner.set_nonblocking(true)?;
         Ok(UnixListener {
             inner,
