@@ -130,8 +130,7 @@ impl OsSender {
                 return self.try_socket(header, parts, total);
             }
         }
-        *sends = sends.wrapping_add(1);
-        if sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd()) {
+        if self.counted_hung_up(sends) {
             return Err(Errno::PIPE);
         }
         let pushed = match plain {
@@ -170,6 +169,14 @@ impl OsSender {
         }
     }
 
+    /// Counts a send through the ring; every [`RING_CHECK_EVERY`]th, `true`
+    /// if the socket has hung up.
+    #[inline]
+    fn counted_hung_up(&self, sends: &mut u32) -> bool {
+        *sends = sends.wrapping_add(1);
+        sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd())
+    }
+
     /// A message whose payload fits a record, through the ring the
     /// receiver took on, without the general route's setup (its choice of
     /// route, its wait for room): what [`try_data`](Self::try_data) does
@@ -196,8 +203,7 @@ impl OsSender {
         if !*marked || writer.answer() != Answer::Accepted {
             return None;
         }
-        *sends = sends.wrapping_add(1);
-        if sends.is_multiple_of(RING_CHECK_EVERY) && Os::hung_up(self.fd()) {
+        if self.counted_hung_up(sends) {
             return Some(Err(SendError::Disconnected));
         }
         let (parked, fds) = match channels.is_empty() {
