@@ -592,6 +592,7 @@ impl TaskContext {
 
     /// [`shared`](Self::shared), in the allocation of a context an earlier fiber let go
     /// ([`into_spare`](Self::into_spare)), whose task id it keeps.
+    #[inline(always)]
     pub(crate) fn shared_from(
         spare: SpareContext,
         parker: std::sync::Arc<dyn Park>,
@@ -614,6 +615,7 @@ impl TaskContext {
     /// fiber of the crate's own, if nothing else counts the context any more (no wait-list
     /// entry names it: its task has finished, and every operation it began is over). `Err`:
     /// it is still counted elsewhere, and is handed back.
+    #[inline(always)]
     pub(crate) fn into_spare(
         self,
     ) -> Result<(SpareContext, std::sync::Arc<dyn Park>), TaskContext> {

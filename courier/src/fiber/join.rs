@@ -68,6 +68,7 @@ impl JoinSlot {
 
     /// The fiber publishes its result and wakes its joiner, if one waits.
     /// Called once.
+    #[inline(always)]
     pub(crate) fn finish(&self, outcome: Outcome) {
         // SAFETY: only the finishing fiber writes the slot, once, and the
         // joiner reads it only after seeing `DONE`, published below.
@@ -97,6 +98,7 @@ impl JoinSlot {
 
     /// Waits for the result (parking the calling fiber or thread) and takes
     /// it. Called once.
+    #[inline]
     pub(crate) fn join(&self) -> Outcome {
         if !self.is_done() {
             // A task of another scheduler run inside a fiber waits as that

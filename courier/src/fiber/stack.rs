@@ -178,9 +178,21 @@ thread_local! {
     static LOCAL: RefCell<Vec<StackSlot>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The usable bytes of a stack asked for as `size` bytes: whole pages.
+fn rounded(size: usize) -> usize {
+    size.max(PAGE).next_multiple_of(PAGE)
+}
+
+impl PooledStack {
+    /// Whether this is the stack [`take`] would give for `size` bytes.
+    pub(crate) fn fits(&self, size: usize) -> bool {
+        self.size == rounded(size)
+    }
+}
+
 /// A stack of `size` usable bytes (rounded up to whole pages), from the pool.
 pub(crate) fn take(size: usize) -> io::Result<PooledStack> {
-    let size = size.max(PAGE).next_multiple_of(PAGE);
+    let size = rounded(size);
     let local = LOCAL.try_with(|local| {
         let mut local = local.borrow_mut();
         let i = local.iter().rposition(|s| s.size == size)?;

@@ -122,6 +122,14 @@ struct Running {
     /// the fiber, its `Park`: a fiber is alive from its spawn until it
     /// finishes).
     task: Option<TaskContext>,
+    /// The stack of the fiber that finished, if its control block went to
+    /// the worker's spares as it did (see `run`): the next fiber made from
+    /// them starts on it, with no trip through the stack pool.
+    stack: Option<PooledStack>,
+    /// The `chan` context of the fiber that finished, without its `Park`,
+    /// for the next fiber made from this control block (its allocation and
+    /// task id).
+    context: Option<SpareContext>,
 }
 
 // SAFETY: the fields a fiber shares between threads are its home, its
@@ -435,6 +443,7 @@ impl Shared {
 /// Queues a new fiber to run: one with a home on that worker (which is the
 /// caller: `spawn_local` pins a fiber to its own), any other where its
 /// runtime's workers find it.
+#[inline(always)]
 fn queue_new(fiber: &Arc<Fiber>) {
     let rt = &fiber.rt;
     let here = this_worker(rt);
@@ -487,16 +496,16 @@ pub(super) struct WorkerState {
     pub(super) since_poll: Cell<u32>,
     /// Spin before the next sleep (see [`worker::IDLE_SPIN`]).
     spin: Cell<bool>,
-    /// Finished fibers' control blocks and `chan` contexts, for the next
-    /// fibers spawned here (see [`SPARES`]).
+    /// Finished fibers' control blocks, with their `chan` contexts and
+    /// (mostly) their stacks, for the next fibers spawned here (see
+    /// [`SPARES`]).
     spare_fibers: RefCell<Vec<Arc<Fiber>>>,
-    spare_contexts: RefCell<Vec<SpareContext>>,
 }
 
-/// How many finished fibers' control blocks, and as many `chan` contexts, a
-/// worker keeps for its next spawns: a spawn and join then allocates
-/// nothing (with glibc, its two allocations and frees were a quarter of its
-/// instructions).
+/// How many finished fibers' control blocks a worker keeps for its next
+/// spawns: a spawn and join then allocates nothing (with glibc, its two
+/// allocations and frees were a quarter of its instructions), and takes no
+/// stack from the pool.
 const SPARES: usize = 64;
 
 /// Turns of fibers between two looks at the timers and the reactor while
@@ -622,7 +631,27 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    let stack = stack::take(stack_size.unwrap_or(rt.stack_size))?;
+    let size = stack_size.unwrap_or(rt.stack_size);
+    // A spare control block of this worker's if it has one (it is of this
+    // runtime), and the stack it kept if that has the size.
+    let w = this_worker(rt);
+    let mut spare = w.and_then(|w| w.spare_fibers.borrow_mut().pop());
+    let (kept, context) = match spare.as_mut() {
+        Some(fiber) => {
+            // (A spare is counted once, by the list it came from.)
+            let blank = unique(fiber).expect("a spare fiber is counted once");
+            let run = blank.run.get_mut();
+            (
+                run.stack.take().filter(|s| s.fits(size)),
+                run.context.take(),
+            )
+        }
+        None => (None, None),
+    };
+    let stack = match kept {
+        Some(stack) => stack,
+        None => stack::take(size)?,
+    };
     let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
         let me = current().expect("a fiber starts on its worker");
         me.yielder.set(yielder);
@@ -632,22 +661,15 @@ where
     });
     let name = name.map(String::into_boxed_str);
     let home = home.unwrap_or(NO_HOME);
-    let run = Running {
-        coroutine: Some(coroutine),
-        task: None,
-    };
-    // A spare of this worker's if it has one (it is of this runtime).
-    let w = this_worker(rt);
-    let spare = w.and_then(|w| w.spare_fibers.borrow_mut().pop());
     let fiber = match spare {
         Some(mut fiber) => {
-            // (A spare is counted once, by the list it came from.)
             let blank = unique(&mut fiber).expect("a spare fiber is counted once");
             blank.state = State::queued();
             blank.name = name;
             *blank.home.get_mut() = home;
             *blank.yielder.get_mut() = std::ptr::null();
-            *blank.run.get_mut() = run;
+            // (A spare's coroutine and task are gone: see `release`.)
+            blank.run.get_mut().coroutine = Some(coroutine);
             fiber
         }
         None => Arc::new(Fiber {
@@ -657,12 +679,17 @@ where
             rt: Arc::clone(rt),
             yielder: Cell::new(std::ptr::null()),
             pinned_next: Cell::new(std::ptr::null()),
-            run: UnsafeCell::new(run),
+            run: UnsafeCell::new(Running {
+                coroutine: Some(coroutine),
+                task: None,
+                stack: None,
+                context: None,
+            }),
             join: JoinSlot::new(),
         }),
     };
     let park = Arc::clone(&fiber) as Arc<dyn Park>;
-    let task = match w.and_then(|w| w.spare_contexts.borrow_mut().pop()) {
+    let task = match context {
         Some(spare) => TaskContext::shared_from(spare, park),
         None => TaskContext::shared(park),
     };
@@ -686,6 +713,7 @@ impl Deref for Handle {
 }
 
 impl Drop for Handle {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: taken once, here, as the handle goes.
         release(unsafe { ManuallyDrop::take(&mut self.0) });
@@ -696,6 +724,7 @@ impl Drop for Handle {
 /// fiber's runtime, keeps the finished fiber's control block for the next
 /// spawn there, emptied at once (its name, and a result no one joined, go
 /// now, not at the next spawn); any other is an `Arc`'s drop.
+#[inline(always)]
 fn release(mut fiber: Arc<Fiber>) {
     let Some(w) = this_worker(&fiber.rt) else {
         return;
@@ -731,7 +760,7 @@ pub(crate) fn run_if_next(fiber: &Fiber) {
     if !w.rt.claim_next(w.index, fiber) {
         return;
     }
-    run(w, Queued::new(fiber));
+    run(w, Queued::new(fiber), true);
     CURRENT.with(|c| c.set(me));
 }
 
@@ -750,11 +779,11 @@ impl Fiber {
     }
 }
 
-/// Runs `fiber` for one turn on worker `w` (from its loop, or nested in a
+/// Runs `fiber` for one turn on worker `w` (from its loop, or `nested` in a
 /// joining fiber's turn: [`run_if_next`]). Inlined in both: a call here
 /// costs the worker loop's switch round trip a quarter more.
 #[inline(always)]
-fn run(w: &WorkerState, queued: Queued) {
+fn run(w: &WorkerState, queued: Queued, nested: bool) {
     // SAFETY: a queued fiber is alive (see `Queued`); a fiber that finishes
     // in this turn may be freed at its end, after its last use below.
     let fiber = unsafe { queued.0.as_ref() };
@@ -799,33 +828,29 @@ fn run(w: &WorkerState, queued: Queued) {
             }
         }
         CoroutineResult::Return(()) => {
-            // Done: the stack goes back to the pool, and the fiber's task
-            // context (which counts the fiber, its `Park`) is let go.
+            // Done: the fiber's task context (which counts the fiber, its
+            // `Park`) is let go, and the fiber's stack and context stay with
+            // its control block for the next fiber made from it (see
+            // `release`) if that goes to the spares at once: when this was
+            // its last count, or when its joiner, which ran it in a nested
+            // turn, is about to let its handle go. Otherwise the stack goes
+            // back to the pool now, not when the handle goes.
             // SAFETY: as above; the coroutine finished on this worker, and
             // with it every borrow its code held.
             let running = unsafe { &mut *running };
-            if let Some(coroutine) = running.coroutine.take() {
-                drop(coroutine.into_stack());
-            }
-            // Taken out before it goes: it may hold the last count of the
-            // fiber, whose memory goes with it. Its context stays here for
-            // the next fiber if nothing else counts it.
+            let stack = running.coroutine.take().map(Coro::into_stack);
+            // (Taken out before it goes: it may hold the last count of the
+            // fiber, whose memory goes with it.)
             let task = running.task.take();
-            if let Some(task) = task {
-                match task.into_spare() {
-                    Ok((spare, park)) => {
-                        let mut spares = w.spare_contexts.borrow_mut();
-                        if spares.len() < SPARES {
-                            spares.push(spare);
-                        }
-                        drop(spares);
-                        // SAFETY: a fiber's context parks through the fiber
-                        // itself, an `Arc<Fiber>` (see `spawn_on`).
-                        let fiber = unsafe { Arc::from_raw(Arc::into_raw(park).cast::<Fiber>()) };
-                        release(fiber);
-                    }
-                    Err(task) => drop(task),
+            if let Some(Ok((context, park))) = task.map(TaskContext::into_spare) {
+                // SAFETY: a fiber's context parks through the fiber itself,
+                // an `Arc<Fiber>` (see `spawn_on`).
+                let fiber = unsafe { Arc::from_raw(Arc::into_raw(park).cast::<Fiber>()) };
+                running.context = Some(context);
+                if nested || Arc::strong_count(&fiber) == 1 {
+                    running.stack = stack;
                 }
+                release(fiber);
             }
         }
     }

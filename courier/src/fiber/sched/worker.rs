@@ -163,7 +163,7 @@ fn spin_for_work(w: &WorkerState, next_timer: Option<Instant>) -> bool {
 fn work(w: &WorkerState) {
     loop {
         if let Some(fiber) = find_work(w) {
-            run(w, fiber);
+            run(w, fiber, false);
             // Timers, descriptors and the work queued from other threads are
             // looked at now and then even while fibers are ready here, so
             // that a busy worker (a fiber that yields in a loop, say) does
@@ -272,7 +272,6 @@ impl Workers {
                         since_poll: Cell::new(0),
                         spin: Cell::new(false),
                         spare_fibers: RefCell::new(Vec::new()),
-                        spare_contexts: RefCell::new(Vec::new()),
                     };
                     WORKER.with(|p| p.set(&w));
                     work(&w);
