@@ -678,10 +678,29 @@ impl TaskContext {
         f()
     }
 
+    /// [`run`](Self::run) for a turn of the crate's fiber scheduler, on its worker thread,
+    /// where no task is installed: installs this task for `f`, and none after it (what the
+    /// fiber left installed if it suspended inside a nested `run` included). A turn cannot
+    /// unwind (a fiber's panic is caught on its own stack), so nothing is restored on unwind.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
+        CURRENT_TASK.set(&self.cx);
+        let out = f();
+        CURRENT_TASK.set(std::ptr::null());
+        out
+    }
+
     /// loom models have no scheduler tasks (nor the thread-local that names the current one):
     /// `f` runs as the thread, so that a scheduler still builds under `--cfg loom`.
     #[cfg(loom)]
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// As [`run`](Self::run) under loom.
+    #[cfg(loom)]
+    pub(crate) fn run_turn<R>(&self, f: impl FnOnce() -> R) -> R {
         f()
     }
 }

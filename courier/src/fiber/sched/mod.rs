@@ -82,12 +82,14 @@ use crate::chan::{Park, TaskContext};
 mod worker;
 pub(crate) use self::worker::Workers;
 
-/// Why a fiber suspended.
+/// Why a fiber suspended: a byte, which crosses the switch in a register
+/// (a park's deadline waits in the fiber's `deadline`).
+#[derive(Clone, Copy)]
 enum Suspend {
     /// It stays ready: queue it again.
     Yield,
-    /// It waits for an `unpark` (or the deadline).
-    Park(Option<Instant>),
+    /// It waits for an `unpark`, or its `deadline` if it set one.
+    Park,
 }
 
 type Coro = Coroutine<(), Suspend, (), PooledStack>;
@@ -107,6 +109,9 @@ pub(crate) struct Fiber {
     /// The coroutine's yielder, set when it starts (it lives on the fiber's
     /// stack for as long as the coroutine does); read by the fiber itself.
     yielder: Cell<*const Yielder<(), Suspend>>,
+    /// The deadline of the park it suspends for: set by the fiber, taken by
+    /// its worker as the fiber's turn ends.
+    deadline: Cell<Option<Instant>>,
     /// The next fiber on the run queue of fibers at home on a worker
     /// ([`Pinned`]), while this one is on it.
     pinned_next: Cell<*const Fiber>,
@@ -134,7 +139,7 @@ struct Running {
 
 // SAFETY: the fields a fiber shares between threads are its home, its
 // name, its join slot and the runtime's `Shared` (all `Sync`); `state`,
-// `run`, `yielder` and `pinned_next` are touched only by the one worker
+// `run`, `yielder`, `deadline` and `pinned_next` are touched only by the one worker
 // running the fiber (its home once started: a wake-up from elsewhere goes
 // through that worker's inbox, see `unpark`), and the fiber itself. Before it starts,
 // its coroutine holds only the `Send` closure it starts from, and may move
@@ -193,7 +198,8 @@ impl Park for Fiber {
 pub(super) fn park_current(fiber: &Fiber, deadline: Option<Instant>) {
     // A token left by a wake-up while it ran: consumed, no suspension.
     if fiber.state.park() {
-        suspend(fiber, Suspend::Park(deadline));
+        fiber.deadline.set(deadline);
+        suspend(fiber, Suspend::Park);
     }
 }
 
@@ -457,7 +463,7 @@ fn queue_new(fiber: &Arc<Fiber>) {
     match here {
         Some(w) => {
             if let Some(older) = rt.put_next(w.index, fiber) {
-                w.local.push(older);
+                w.push_local(older);
             }
             w.next_hint.set(true);
             // Another worker may steal it (a runtime of one has no other).
@@ -477,6 +483,10 @@ pub(super) struct WorkerState {
     pub(super) index: usize,
     pub(super) rt: Arc<Shared>,
     local: Deque<Queued>,
+    /// Whether `local` may hold a fiber: set when one goes in (only this
+    /// worker puts any there), cleared when a look finds it empty (thieves
+    /// only take). Spares a yield the deque's look when it is empty.
+    local_maybe: Cell<bool>,
     /// Fibers at home here, ready to run (no one steals them).
     pinned: Pinned,
     /// Parks with a deadline: when to unpark whom.
@@ -500,6 +510,27 @@ pub(super) struct WorkerState {
     /// (mostly) their stacks, for the next fibers spawned here (see
     /// [`SPARES`]).
     spare_fibers: RefCell<Vec<Arc<Fiber>>>,
+}
+
+impl WorkerState {
+    /// Puts `fiber` at the back of this worker's deque.
+    fn push_local(&self, fiber: Queued) {
+        self.local.push(fiber);
+        self.local_maybe.set(true);
+    }
+
+    /// The fiber at the front of this worker's deque, looked for only when
+    /// it may hold one.
+    fn pop_local(&self) -> Option<Queued> {
+        if !self.local_maybe.get() {
+            return None;
+        }
+        let fiber = self.local.pop();
+        if fiber.is_none() {
+            self.local_maybe.set(false);
+        }
+        fiber
+    }
 }
 
 /// How many finished fibers' control blocks a worker keeps for its next
@@ -678,6 +709,7 @@ where
             home: AtomicUsize::new(home),
             rt: Arc::clone(rt),
             yielder: Cell::new(std::ptr::null()),
+            deadline: Cell::new(None),
             pinned_next: Cell::new(std::ptr::null()),
             run: UnsafeCell::new(Running {
                 coroutine: Some(coroutine),
@@ -804,7 +836,12 @@ fn run(w: &WorkerState, queued: Queued, nested: bool) {
         CURRENT.with(|c| c.set(std::ptr::null()));
         return;
     };
-    let turn = task.run(|| coroutine.resume(()));
+    // (A worker's own turn starts with no task installed; a nested one,
+    // inside its joiner's, puts the joiner's back.)
+    let turn = match nested {
+        true => task.run(|| coroutine.resume(())),
+        false => task.run_turn(|| coroutine.resume(())),
+    };
     CURRENT.with(|c| c.set(std::ptr::null()));
     match turn {
         CoroutineResult::Yield(Suspend::Yield) => {
@@ -813,10 +850,10 @@ fn run(w: &WorkerState, queued: Queued, nested: bool) {
             // ready here.
             w.turn.set(false);
         }
-        CoroutineResult::Yield(Suspend::Park(deadline)) => {
+        CoroutineResult::Yield(Suspend::Park) => {
             // Parked (its park set the state before it suspended): a wake-up
             // queues it. A deadline also wakes it.
-            if let Some(at) = deadline {
+            if let Some(at) = fiber.deadline.take() {
                 let seq = w.timer_seq.get();
                 w.timer_seq.set(seq + 1);
                 let timer = Timer {

@@ -30,13 +30,13 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
     // The newest fiber joins the queue's back.
     if w.next_hint.replace(false) {
         if let Some(newest) = w.rt.take_next(w.index) {
-            w.local.push(newest);
+            w.push_local(newest);
         }
     }
     let home = || w.pinned.pop_front();
     let found = match turn {
-        true => home().or_else(|| w.local.pop()),
-        false => w.local.pop().or_else(home),
+        true => home().or_else(|| w.pop_local()),
+        false => w.pop_local().or_else(home),
     };
     if found.is_some() {
         return found;
@@ -48,6 +48,8 @@ fn find_work(w: &WorkerState) -> Option<Queued> {
     }
     loop {
         let mut retry = false;
+        // (A batch stolen goes on this worker's deque.)
+        w.local_maybe.set(true);
         match w.rt.injector.steal_batch_and_pop(&w.local) {
             Steal::Success(f) => return Some(f),
             Steal::Retry => retry = true,
@@ -98,8 +100,9 @@ fn take_wake_ups(w: &WorkerState) -> bool {
 /// here.
 fn take_queued_elsewhere(w: &WorkerState) {
     take_wake_ups(w);
+    w.local_maybe.set(true);
     if let Steal::Success(f) = w.rt.injector.steal_batch_and_pop(&w.local) {
-        w.local.push(f);
+        w.push_local(f);
     }
 }
 
@@ -262,6 +265,7 @@ impl Workers {
                         index,
                         rt,
                         local,
+                        local_maybe: Cell::new(false),
                         pinned: Pinned::new(),
                         timers: RefCell::new(BinaryHeap::new()),
                         timer_seq: Cell::new(0),
