@@ -5,7 +5,9 @@
 //! its `recv` takes uninitialised buffers). `recvmsg(2)` goes through libc
 //! because the payload lands in *uninitialised* memory: rustix's `recvmsg`
 //! takes `IoSliceMut`, which would require the buffer to be initialised
-//! (zero-filled) first, the very cost ipc-channel PR #68 removed.
+//! (zero-filled) first, the very cost ipc-channel PR #68 removed. It is the
+//! raw system call (`syscall(SYS_recvmsg, ...)`), not libc's cancellable
+//! wrapper.
 //!
 //! # References
 //! - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
@@ -298,9 +300,20 @@ pub(crate) fn recv(
             msg.msg_control = control_buf.0.as_mut_ptr().cast();
             msg.msg_controllen = CONTROL_LEN;
         }
+        // The system call itself, not libc's `recvmsg`: that one is a
+        // cancellation point, which in a process of several threads costs
+        // two locked compare-exchanges around every call.
         // SAFETY: `RawIoVec` is an `iovec` over memory lent to it exclusively
-        // (by `io_vecs`); `msg_control`, if set, has `CONTROL_LEN` writable bytes.
-        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+        // (by `io_vecs`); `msg_control`, if set, has `CONTROL_LEN` writable
+        // bytes; `recvmsg` takes an `int`, a `struct msghdr *` and an `int`.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_recvmsg,
+                fd.as_raw_fd(),
+                std::ptr::from_mut(&mut msg),
+                flags,
+            )
+        };
         if n < 0 {
             match Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO) {
                 Errno::INTR => continue,
