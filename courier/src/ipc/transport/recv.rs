@@ -410,10 +410,7 @@ impl OsReceiver {
         // A data packet's payload lands in `payload` (nothing is allocated
         // for a descriptor packet).
         let mut payload = Vec::new();
-        let read = with_scratch(|scratch| {
-            let overflow = &mut scratch[HEADER_LEN..];
-            self.read_scatter(overflow, &mut payload, limit, true, true)
-        })?;
+        let read = with_scratch(|scratch| self.read_whole(scratch, &mut payload, limit))?;
         Ok(match read {
             Read::Fds(packet, fds, false)
                 if packet.tag == header.tag
