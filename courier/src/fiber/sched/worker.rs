@@ -271,6 +271,7 @@ impl Workers {
                         timer_seq: Cell::new(0),
                         turn: Cell::new(false),
                         next_hint: Cell::new(false),
+                        next_site: Cell::new(false),
                         io_waits: RefCell::new(HashMap::new()),
                         next_token: Cell::new(1),
                         since_poll: Cell::new(0),
