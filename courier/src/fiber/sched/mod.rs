@@ -959,3 +959,31 @@ fn counted(fiber: &Fiber) -> Arc<Fiber> {
 pub(crate) fn lost() -> Box<dyn Any + Send> {
     Box::new("the fiber's runtime stopped before the fiber finished")
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::fiber::{self, Runtime};
+
+    /// A fiber and every fiber it spawns resume from different sites of
+    /// their worker's loop (see `run`): each new one gets the site its
+    /// spawner, the fiber that ran before it, does not use, not the next
+    /// site in turn (which would put every other one on its spawner's).
+    #[test]
+    fn a_fiber_and_each_fiber_it_spawns_resume_from_different_sites() {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        rt.block_on(|| {
+            let site = || current().expect("a fiber").site.get();
+            let mine = site();
+            for _ in 0..4 {
+                let other = fiber::spawn(move || {
+                    fiber::yield_now();
+                    site()
+                });
+                fiber::yield_now();
+                assert_eq!(other.join().unwrap(), !mine);
+                assert_eq!(site(), mine, "a fiber keeps its site");
+            }
+        });
+    }
+}
