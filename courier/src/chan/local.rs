@@ -36,7 +36,8 @@
 //! Both ends can take part in a [`Select`](super::Select) (beside any other channel's). A
 //! select over local ends only, without a deadline, panics outside a task where it would wait,
 //! as a blocking `recv` or `send` does. Nothing is reserved for a select: a message arriving (room made) goes to a
-//! parked `recv` (`send`) first, else to a waiting select; and should another task take the
+//! parked `recv` (`send`) first, else to a waiting select (room made takes the oldest parked
+//! `send`'s message into the channel at once, unless a select waits on that side); and should another task take the
 //! selected message (room) before the selecting one completes the operation, the completion
 //! waits for the next, as `recv` (`send`) would (without the select's deadline).
 
@@ -83,6 +84,10 @@ fn pair<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 /// A parked task: lives on the blocked operation's stack while it is queued.
 struct Waiter {
     woken: Cell<bool>,
+    /// A parked send's message, a `Cell<Option<T>>` on its stack (null for a receive): a
+    /// receive that makes room moves it into the channel before waking the send (see
+    /// [`Shared::room_made`]).
+    slot: *const (),
     #[cfg(not(loom))]
     task: TaskRef,
 }
@@ -211,7 +216,7 @@ impl Side {
     /// sleeps until it with one.
     #[cfg(not(loom))]
     #[allow(unsafe_code)]
-    fn park(&self, what: &str, deadline: Option<Instant>) -> bool {
+    fn park(&self, what: &str, deadline: Option<Instant>, slot: *const ()) -> bool {
         let Some(task) = Context::current_task() else {
             let Some(deadline) = deadline else {
                 panic!("chan::local: {what} would block the thread forever (no scheduler task)");
@@ -226,6 +231,7 @@ impl Side {
         let cx = unsafe { &*task };
         let waiter = Waiter {
             woken: Cell::new(false),
+            slot,
             task: match cx.stays_in_place() {
                 true => TaskRef::InPlace(task),
                 false => TaskRef::Counted(cx.clone()),
@@ -256,8 +262,48 @@ impl Side {
     }
 
     #[cfg(loom)]
-    fn park(&self, what: &str, _: Option<Instant>) -> bool {
+    fn park(&self, what: &str, _: Option<Instant>, _: *const ()) -> bool {
         panic!("chan::local: {what} would block the thread forever (no scheduler task)");
+    }
+}
+
+impl<T> Shared<T> {
+    /// A receive made room, and a task or a select may wait for it. Without a select on this
+    /// side, the oldest parked send's message takes the room at once, and the send is woken
+    /// done: the next receive finds that message without waiting for the sender to run again
+    /// (on a `bounded(1)` ring of fibers, a park every two messages instead of every one).
+    /// Else whoever waits for room is woken, as on any side.
+    #[cold]
+    #[allow(unsafe_code)]
+    fn room_made(&self) {
+        // (With a select waiting for room, or watching for it, the general path: selects
+        // and watchers are woken as they always are.)
+        let first = match self.sending.selecting.borrow().is_empty() {
+            true => self.sending.parked.borrow().front().copied(),
+            false => None,
+        };
+        if let Some(w) = first {
+            // SAFETY: a queued waiter's frame is live (see `wake`); a waiter on the sending
+            // side with a slot is a parked `send` of this channel, whose slot is the
+            // `Cell<Option<T>>` holding its message, on that frame.
+            let slot = unsafe { (*w).slot }.cast::<Cell<Option<T>>>();
+            let msg = match slot.is_null() {
+                true => None,
+                // SAFETY: as above; the sender reads the slot only once it runs again.
+                false => unsafe { (*slot).take() },
+            };
+            if let Some(msg) = msg {
+                self.sending.parked.borrow_mut().pop_front();
+                self.sending
+                    .waiting
+                    .set(!self.sending.parked.borrow().is_empty());
+                self.queue.borrow_mut().push_back(msg);
+                wake(w);
+                self.receiving.became_ready();
+                return;
+            }
+        }
+        self.sending.wake_one();
     }
 }
 
@@ -344,8 +390,19 @@ impl<T> Sender<T> {
                     return Err(SendTimeoutError::Disconnected(m))
                 }
                 Err(TrySendError::Full(m)) => {
+                    // The message waits beside the parked send: a receive that makes room
+                    // moves it into the channel, and the send is done when it runs again.
+                    let slot = Cell::new(Some(m));
+                    let woken = self.shared.sending.park(
+                        "send on a full channel",
+                        deadline,
+                        std::ptr::from_ref(&slot).cast(),
+                    );
+                    let Some(m) = slot.take() else {
+                        return Ok(());
+                    };
                     msg = m;
-                    if !self.shared.sending.park("send on a full channel", deadline) {
+                    if !woken {
                         // One last try: room may have been made as the deadline passed.
                         return self.try_send(msg).map_err(|e| match e {
                             TrySendError::Full(m) => SendTimeoutError::Timeout(m),
@@ -407,7 +464,9 @@ impl<T> Receiver<T> {
         let msg = s.queue.borrow_mut().pop_front();
         match msg {
             Some(msg) => {
-                s.sending.became_ready();
+                if s.sending.waiting.get() {
+                    s.room_made();
+                }
                 Ok(msg)
             }
             None if s.senders.get() == 0 => Err(TryRecvError::Disconnected),
@@ -440,11 +499,11 @@ impl<T> Receiver<T> {
                 Ok(msg) => return Ok(msg),
                 Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
                 Err(TryRecvError::Empty) => {
-                    if !self
-                        .shared
-                        .receiving
-                        .park("recv on an empty channel", deadline)
-                    {
+                    if !self.shared.receiving.park(
+                        "recv on an empty channel",
+                        deadline,
+                        std::ptr::null(),
+                    ) {
                         // One last try: a message may have come as the deadline passed.
                         return self.try_recv().map_err(|e| match e {
                             TryRecvError::Empty => RecvTimeoutError::Timeout,

@@ -428,6 +428,39 @@ fn local_timeouts_between_fibers() {
     });
 }
 
+/// `chan::local`'s parked sends on a full channel: a receive moves the oldest parked send's
+/// message into the channel at once, so the next receive finds it before that sender runs
+/// again, and the send is done when it does; a parked send woken because every receiver went
+/// gets its message back.
+#[test]
+fn local_parked_sends_are_completed_by_the_receive_that_makes_room() {
+    with_watchdog("local", LIMIT, || {
+        let (tx, rx) = chan::local::bounded::<u64>(1);
+        tx.try_send(1).unwrap();
+        let sent = Rc::new(Cell::new(false));
+        let s = sent.clone();
+        // Runs first and parks: the channel is full.
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            tx.send(2).unwrap();
+            s.set(true);
+        });
+        let receiver: Box<dyn FnOnce()> = Box::new(move || {
+            assert_eq!(rx.recv(), Ok(1));
+            assert_eq!(rx.try_recv(), Ok(2), "the parked send's message is in the channel");
+            assert!(!sent.get(), "before its sender ran again");
+        });
+        run_fibers(vec![sender, receiver]);
+
+        let (tx, rx) = chan::local::bounded::<u64>(1);
+        tx.try_send(1).unwrap();
+        let sender: Box<dyn FnOnce()> = Box::new(move || {
+            assert_eq!(tx.send(2), Err(chan::SendError(2)));
+        });
+        let dropper: Box<dyn FnOnce()> = Box::new(move || drop(rx));
+        run_fibers(vec![sender, dropper]);
+    });
+}
+
 /// `Select` over `chan::local` receivers between fibers: a fiber selecting over two local
 /// channels (and then a thread-safe one) while sender fibers fill them gets every message once,
 /// each channel's in order, and sees each channel disconnect; `Select::ready` wakes for a
