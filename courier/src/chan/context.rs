@@ -564,10 +564,9 @@ pub(crate) struct SpareContext(Arc<Inner>);
 /// compare-exchange: one each way a fiber's context is reused).
 #[cfg(not(loom))]
 fn unique(inner: &mut Arc<Inner>) -> Option<&mut Inner> {
-    // SAFETY: no `Weak` of a context is ever made, and the only pointers to one that hold no
-    // count (`chan::local`'s in-place waiters, the installed current task) live only while
-    // its fiber waits or runs: never when the fiber has finished or not yet started, when its
-    // context is made or let go.
+    // SAFETY: no `Weak` of a context is ever made; the only pointers to one holding no count
+    // (`chan::local`'s in-place waiters, the installed current task) live only while its fiber
+    // waits or runs, never when its context is made or let go (before it starts, after it ends).
     unsafe { crate::sync::unique_arc(inner) }
 }
 

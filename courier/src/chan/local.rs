@@ -35,11 +35,12 @@
 //!
 //! Both ends can take part in a [`Select`](super::Select) (beside any other channel's). A
 //! select over local ends only, without a deadline, panics outside a task where it would wait,
-//! as a blocking `recv` or `send` does. Nothing is reserved for a select: a message arriving (room made) goes to a
-//! parked `recv` (`send`) first, else to a waiting select (room made takes the oldest parked
-//! `send`'s message into the channel at once, unless a select waits on that side); and should another task take the
-//! selected message (room) before the selecting one completes the operation, the completion
-//! waits for the next, as `recv` (`send`) would (without the select's deadline).
+//! as a blocking `recv` or `send` does. Nothing is reserved for a select: a message arriving
+//! (room made) goes to a parked `recv` (`send`) first, else to a waiting select (room made
+//! takes the oldest parked `send`'s message into the channel at once, unless a select waits on
+//! that side); and should another task take the selected message (room) before the selecting
+//! one completes the operation, the completion waits for the next, as `recv` (`send`) would
+//! (without the select's deadline).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

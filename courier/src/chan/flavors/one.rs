@@ -182,11 +182,11 @@ impl<T> Channel<T> {
         if !token.claimed {
             return Err(msg);
         }
-        // SAFETY: claiming EMPTY -> SENDING gave this sender exclusive access to the message
-        // until it publishes FULL below.
-        self.slot
-            .msg
-            .with_mut(|p| unsafe { p.write(MaybeUninit::new(msg)) });
+        self.slot.msg.with_mut(|p| {
+            // SAFETY: claiming EMPTY -> SENDING gave this sender exclusive access to the
+            // message until it publishes FULL below.
+            unsafe { p.write(MaybeUninit::new(msg)) }
+        });
         // SYNC POINT: SENDING -> FULL publishes the message, keeping a disconnect mark set
         // meanwhile. Partner: the Acquire load of `reserve_recv`. (`SeqCst`, though `Release`
         // suffices by the C++20 model: Miri's weak-memory emulation mishandles a location

@@ -108,6 +108,18 @@ fn grow_scratch<'a>(own: &'a mut Vec<u8>, scratch: &'a mut Vec<u8>, len: usize) 
     area
 }
 
+/// A whole data packet read into a buffer of our own: its header checked,
+/// its payload copied into `dst` (empty).
+fn data_packet(packet: &[u8], dst: &mut Vec<u8>, limit: u64) -> Result<Read, RecvError> {
+    let (header, payload) = packet
+        .split_first_chunk::<HEADER_LEN>()
+        .ok_or(WireError::BadHeader("short packet"))?;
+    let header = check(Header::decode(header)?, payload.len(), limit)?;
+    dst.reserve(payload.len());
+    fill_spare(dst, |room| room.copy_to_iter(payload));
+    Ok(Read::Data(header, false))
+}
+
 /// A page: the scratch area starts on one.
 const PAGE: usize = 4096;
 
@@ -227,13 +239,7 @@ impl OsReceiver {
                 false => Err(WireError::BadHeader("descriptor packet without a message").into()),
             };
         }
-        let (header, payload) = packet
-            .split_first_chunk::<HEADER_LEN>()
-            .ok_or(WireError::BadHeader("short packet"))?;
-        let header = check(Header::decode(header)?, payload.len(), limit)?;
-        dst.reserve(payload.len());
-        fill_spare(dst, |room| room.copy_to_iter(payload));
-        Ok(Read::Data(header, false))
+        data_packet(packet, dst, limit)
     }
 
     /// One `recvmsg` scattering the header, then straight into `dst`'s spare
@@ -314,13 +320,8 @@ impl OsReceiver {
         }
         // Descriptors attached to a data packet are closed unread.
         drop(packet.fds);
-        let (header, payload) = bytes
-            .split_first_chunk::<HEADER_LEN>()
-            .ok_or(WireError::BadHeader("short packet"))?;
-        let header = check(Header::decode(header)?, payload.len(), limit)?;
         dst.clear();
-        dst.extend_from_slice(payload);
-        Ok(Read::Data(header, false))
+        data_packet(bytes, dst, limit)
     }
 
     /// One `recvmsg` scattering the header and the bytes before the predicted

@@ -131,11 +131,9 @@ impl Shared {
     /// The `u64` word at `at`, shared with the peer.
     fn u64_at(&self, at: usize) -> &AtomicU64 {
         debug_assert!(at.is_multiple_of(8) && at + 8 <= self.map.len());
-        // SAFETY: the mapping is `LEN` bytes, page-aligned, and lives as
-        // long as `self`; `at` is 8-aligned and in bounds (every caller
-        // passes a constant below `DATA_AT`, or a record offset checked
-        // against `DATA_LEN`). Shared memory is only ever accessed through
-        // atomics or raw copies, so an `AtomicU64` may alias it.
+        // SAFETY: the mapping (`LEN` bytes, page-aligned) lives as long as `self`; `at` is
+        // 8-aligned and in bounds (below `DATA_AT`, or a record offset checked against `DATA_LEN`);
+        // shared memory is only accessed through atomics or raw copies: an atomic may alias it.
         unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
     }
 
@@ -340,10 +338,9 @@ impl Writer {
         }
         let mut dst = self.shared.data(at + 8);
         let mut copy = |bytes: &[u8]| {
-            // SAFETY: the record's bytes, `len` in all, lie within
-            // `[at + 8, at + need)`, inside the area (`at + need <=
-            // DATA_LEN`), in room the reader gave back (`tail` above); the
-            // reader copies them raw only after `head` publishes them.
+            // SAFETY: the record's `len` bytes lie within `[at + 8, at + need)`, inside the area
+            // (`at + need <= DATA_LEN`), in room the reader gave back (`tail` above); the reader
+            // copies them raw only after `head` publishes them.
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
                 dst = dst.add(bytes.len());
@@ -571,11 +568,9 @@ impl Reader {
     fn copy_out(&self, offset: usize, len: usize, dst: &mut Vec<u8>) {
         dst.clear();
         dst.reserve(len);
-        // SAFETY: the source is `len` bytes inside the area (the caller
-        // checked the record against its end), copied raw: the writer may
-        // rewrite them meanwhile and we only ever hold bytes, no reference
-        // into the mapping. `dst` has room for `len` (reserved above), all
-        // of which the copy initialises before `set_len`.
+        // SAFETY: the source is `len` bytes inside the area (the caller checked), copied raw (no
+        // reference into the mapping, which the writer may rewrite); `dst` has room for `len`
+        // (reserved above), all of which the copy initialises before `set_len`.
         unsafe {
             std::ptr::copy_nonoverlapping(self.shared.data(offset), dst.as_mut_ptr(), len);
             dst.set_len(len);
