@@ -166,13 +166,16 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// 2-5 µs. `docs/waiting-policy.md` gives the whole policy and its measurements.
 ///
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
-/// ~3 µs if its scheduler allows (`Park::may_spin`: nothing else to run), then parks, which for
-/// a fiber is a switch to its scheduler.
+/// ~3 µs while its scheduler allows (`Park::may_spin`: nothing else to run, asked before every
+/// attempt), then parks, which for a fiber is a switch to its scheduler. Asked once, a fiber
+/// kept spinning after another thread had woken a fiber of its worker, which waited out the
+/// whole spin: 4-5 µs of every hop from one worker to the other in a one-token ring of fibers
+/// on two workers (`courier-bench ring --case ring_fiber1_100_w2`).
 ///
 /// A thread stops polling at `deadline` if that comes first (the short spins do not look).
 #[inline]
 pub(crate) fn spin_then_yield<R>(
-    may_spin: bool,
+    may_spin: impl Fn() -> bool,
     may_yield_thread: bool,
     deadline: Option<std::time::Instant>,
     mut attempt: impl FnMut() -> Option<R>,
@@ -194,14 +197,15 @@ pub(crate) fn spin_then_yield<R>(
             }
         }
     }
-    if may_spin {
-        for k in 0..SPIN_ATTEMPTS {
-            for _ in 0..1u32 << k.min(6) {
-                sync::spin_loop();
-            }
-            if let Some(r) = attempt() {
-                return Some(r);
-            }
+    for k in 0..SPIN_ATTEMPTS {
+        if !may_spin() {
+            break;
+        }
+        for _ in 0..1u32 << k.min(6) {
+            sync::spin_loop();
+        }
+        if let Some(r) = attempt() {
+            return Some(r);
         }
     }
     None

@@ -297,11 +297,15 @@ impl Context {
     /// `false`.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, spin: bool) -> Selected {
         if spin {
-            let claimed =
-                spin_then_yield(self.may_spin(), self.may_yield_thread(), deadline, || {
+            let claimed = spin_then_yield(
+                || self.may_spin(),
+                self.may_yield_thread(),
+                deadline,
+                || {
                     let sel = self.selected();
                     (sel != Selected::Waiting).then_some(sel)
-                });
+                },
+            );
             if let Some(sel) = claimed {
                 return sel;
             }

@@ -76,7 +76,8 @@ pub trait Park: Send + Sync + 'static {
 
     /// Should a blocked operation spin (briefly, with `pause`) before parking this task? A
     /// scheduler answers `false` when other tasks are ready to run on its thread: the peer a
-    /// fiber waits for may be one of them, and cannot run while it spins.
+    /// fiber waits for may be one of them, and cannot run while it spins. Asked before every
+    /// attempt of the spin, so that a task woken meanwhile (from another thread) stops it.
     fn may_spin(&self) -> bool {
         true
     }

@@ -263,7 +263,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         deadline: Option<Instant>,
         attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        spin_then_yield(current_may_spin(), current_may_yield(), deadline, attempt)
+        spin_then_yield(current_may_spin, current_may_yield(), deadline, attempt)
     }
 
     /// Like [`poll`](Self::poll), but a thread first spins for as long as spinning has been
@@ -284,7 +284,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         mut attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
         self.spin(&mut attempt)
-            .or_else(|| spin_then_yield(current_may_spin(), current_may_yield(), deadline, attempt))
+            .or_else(|| spin_then_yield(current_may_spin, current_may_yield(), deadline, attempt))
     }
 
     /// A thread spins on `attempt` for as long as spinning has been paying on this side
@@ -321,7 +321,7 @@ impl<P: PollerCell> SyncWaitList<P> {
         mut attempt: impl FnMut() -> Option<R>,
     ) -> Option<R> {
         if cfg!(loom) || !current_may_yield() {
-            return spin_then_yield(current_may_spin(), false, deadline, attempt);
+            return spin_then_yield(current_may_spin, false, deadline, attempt);
         }
         let mut backoff = Backoff::new();
         loop {

@@ -66,7 +66,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use crossbeam_deque::{Injector, Stealer, Worker as Deque};
@@ -183,7 +183,9 @@ impl Park for Fiber {
 
     fn may_spin(&self) -> bool {
         // With other fibers ready on this worker, the one waited for may be
-        // among them: spinning would only delay it.
+        // among them: spinning would only delay it. So would a wake-up that
+        // another thread left in the worker's inbox, which the worker takes
+        // only once this fiber has parked.
         WORKER.with(|w| {
             let w = w.get();
             // SAFETY: a non-null pointer names this thread's worker, alive
@@ -191,7 +193,10 @@ impl Park for Fiber {
             w.is_null()
                 || unsafe {
                     let w = &*w;
-                    w.local.is_empty() && w.pinned.is_empty() && !w.next_hint.get()
+                    w.local.is_empty()
+                        && w.pinned.is_empty()
+                        && !w.next_hint.get()
+                        && w.rt.inboxes[w.index].is_empty()
                 }
         })
     }
@@ -510,8 +515,8 @@ pub(super) struct WorkerState {
     pub(super) next_token: Cell<u64>,
     /// Turns since the reactor was last looked at.
     pub(super) since_poll: Cell<u32>,
-    /// Spin before the next sleep (see [`worker::IDLE_SPIN`]).
-    spin: Cell<bool>,
+    /// How long to spin before the next sleep (see `worker::next_spin`).
+    spin: Cell<Duration>,
     /// Finished fibers' control blocks, with their `chan` contexts and
     /// (mostly) their stacks, for the next fibers spawned here (see
     /// [`SPARES`]).

@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Worker as Deque};
 use crossbeam_utils::CachePadded;
@@ -137,20 +137,44 @@ fn has_work(w: &WorkerState) -> bool {
         || w.rt.stealers.iter().any(|s| !s.is_empty())
 }
 
-/// How long an idle worker looks for work before it sleeps, when its last
-/// sleep was cut short by another thread: a fiber woken from another worker
-/// (a channel's peer there) then usually comes within a few microseconds, and
-/// sleeping costs that worker an `epoll_wait` and its waker an `eventfd`
-/// write.
-pub(super) const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+/// The first spin of an idle worker whose sleep was cut short by another
+/// thread: a fiber woken from another worker (a channel's peer there) then
+/// usually comes within microseconds, and sleeping costs that worker an
+/// `epoll_wait` and its waker an `eventfd` write, and, in a virtual machine,
+/// a halted CPU's wake-up of tens of microseconds.
+const SPIN_START: Duration = Duration::from_micros(20);
 
-/// Spins up to [`IDLE_SPIN`] (not past the next timer) for work: `true` if
-/// some came.
-fn spin_for_work(w: &WorkerState, next_timer: Option<Instant>) -> bool {
+/// The longest spin: a few times the ~30 µs a halted virtual CPU takes to
+/// wake on these machines (Linux's guest halt-polling, `cpuidle-haltpoll`,
+/// bounds its own window at 200 µs by default).
+const SPIN_MAX: Duration = Duration::from_micros(100);
+
+/// The spin before worker `w`'s next sleep, from the one it had (`spun`),
+/// and how its last idle spell (`idle`, spin and sleep) ended, as guest
+/// halt-polling adapts its window: a wake-up from another thread that came
+/// within [`SPIN_MAX`] but after the spin doubles it (a longer spin would
+/// have caught it); a longer spell halves it; a wake-up by the worker's own
+/// descriptors or timers ends it (on a machine with as many busy threads as
+/// CPUs, a spinning worker takes a CPU from them).
+fn next_spin(spun: Duration, woken: bool, idle: Duration) -> Duration {
+    if !woken {
+        Duration::ZERO
+    } else if idle < SPIN_MAX {
+        (spun * 2).clamp(SPIN_START, SPIN_MAX)
+    } else if spun / 2 < SPIN_START {
+        Duration::ZERO
+    } else {
+        spun / 2
+    }
+}
+
+/// Spins up to `spin` (not past the next timer) for work: `true` if some
+/// came.
+fn spin_for_work(w: &WorkerState, spin: Duration, next_timer: Option<Instant>) -> bool {
     let start = Instant::now();
-    let until = next_timer.map_or(start + IDLE_SPIN, |t| t.min(start + IDLE_SPIN));
+    let until = next_timer.map_or(start + spin, |t| t.min(start + spin));
     loop {
-        for _ in 0..64 {
+        for _ in 0..SPIN_PAUSES {
             std::hint::spin_loop();
         }
         if has_work(w) {
@@ -161,6 +185,9 @@ fn spin_for_work(w: &WorkerState, next_timer: Option<Instant>) -> bool {
         }
     }
 }
+
+/// `pause` instructions between two looks for work while spinning.
+const SPIN_PAUSES: u32 = 64;
 
 /// A worker thread's loop.
 fn work(w: &WorkerState) {
@@ -179,7 +206,7 @@ fn work(w: &WorkerState) {
                     fire_timers(w);
                 }
                 if waits_for_io(w) {
-                    poll_reactor(w, Some(std::time::Duration::ZERO));
+                    poll_reactor(w, Some(Duration::ZERO));
                 }
                 take_queued_elsewhere(w);
             }
@@ -189,11 +216,10 @@ fn work(w: &WorkerState) {
         if has_work(w) {
             continue;
         }
-        if w.spin.get() {
-            if spin_for_work(w, next_timer) {
-                continue;
-            }
-            w.spin.set(false);
+        let idle_from = Instant::now();
+        let spin = w.spin.get();
+        if !spin.is_zero() && spin_for_work(w, spin, next_timer) {
+            continue;
         }
         if w.rt.shutdown.load(Ordering::Acquire) {
             return;
@@ -214,14 +240,9 @@ fn work(w: &WorkerState) {
             let slept = Instant::now();
             let timeout = next_timer.map(|at| at.saturating_duration_since(slept));
             let woken = poll_reactor(w, timeout);
-            // Woken by another thread soon after: spinning would have found
-            // that work without the two system calls, so the next idle spell
-            // spins first. (A worker woken by its sockets, or late, does not:
-            // on a machine with as many busy threads as CPUs, a spinning
-            // worker takes a CPU from them.)
-            w.spin.set(woken && slept.elapsed() < IDLE_SPIN);
+            w.spin.set(next_spin(spin, woken, idle_from.elapsed()));
         } else if waits_for_io(w) {
-            poll_reactor(w, Some(std::time::Duration::ZERO));
+            poll_reactor(w, Some(Duration::ZERO));
         }
         let mut sleepers = w.rt.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = sleepers.iter().position(|&s| s == w.index) {
@@ -275,7 +296,7 @@ impl Workers {
                         io_waits: RefCell::new(HashMap::new()),
                         next_token: Cell::new(1),
                         since_poll: Cell::new(0),
-                        spin: Cell::new(false),
+                        spin: Cell::new(Duration::ZERO),
                         spare_fibers: RefCell::new(Vec::new()),
                     };
                     WORKER.with(|p| p.set(&w));
@@ -309,5 +330,26 @@ impl Drop for Workers {
             let _ = t.join();
         }
         self.shared.reactors.iter().for_each(|r| r.close());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_spin_grows_while_other_threads_wake_the_worker_soon_and_ends_otherwise() {
+        let us = Duration::from_micros;
+        // A worker that never spun, woken soon by another thread, spins next.
+        assert_eq!(next_spin(Duration::ZERO, true, us(5)), SPIN_START);
+        // Woken soon after its spin ran out: twice as long, up to the bound.
+        assert_eq!(next_spin(us(20), true, us(30)), us(40));
+        assert_eq!(next_spin(us(80), true, us(90)), SPIN_MAX);
+        assert_eq!(next_spin(SPIN_MAX, true, us(99)), SPIN_MAX);
+        // A long idle spell halves it, and below the first spin ends it.
+        assert_eq!(next_spin(SPIN_MAX, true, us(500)), SPIN_MAX / 2);
+        assert_eq!(next_spin(us(30), true, us(500)), Duration::ZERO);
+        // Woken by its own descriptors or timers: no spin.
+        assert_eq!(next_spin(SPIN_MAX, false, us(5)), Duration::ZERO);
     }
 }
