@@ -126,6 +126,7 @@ use rustix::io::Errno;
 use rustix::process::{getpid, Pid};
 use serde::{Deserialize, Serialize};
 
+use crate::fiber::affinity;
 use crate::ipc::{IpcError, IpcReceiver, SerDeError, TryRecvError, WireError};
 
 impl<T> IpcReceiver<T>
@@ -412,9 +413,13 @@ impl Reactor {
             pid,
         });
         let serving = Arc::clone(&reactor);
+        let unbound = affinity::for_new_thread();
         std::thread::Builder::new()
             .name("courier-streams".to_owned())
-            .spawn(move || serving.run())?;
+            .spawn(move || {
+                affinity::restore(unbound);
+                serving.run()
+            })?;
         *current = Some(Arc::clone(&reactor));
         Ok(reactor)
     }

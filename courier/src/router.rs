@@ -107,6 +107,7 @@ use std::thread::{self, JoinHandle, ThreadId};
 use serde::{Deserialize, Serialize};
 
 use crate::chan;
+use crate::fiber::affinity;
 use crate::ipc::{self, IpcMessage, IpcReceiver, IpcReceiverSet, IpcSender, SetEvent};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::IpcError;
@@ -220,9 +221,13 @@ impl RouterProxy {
             woken: Arc::clone(&woken),
             routes: Routes::default(),
         };
+        let unbound = affinity::for_new_thread();
         let thread = thread::Builder::new()
             .name("courier-router".to_owned())
-            .spawn(move || router.run())?;
+            .spawn(move || {
+                affinity::restore(unbound);
+                router.run()
+            })?;
         Ok(RouterProxy {
             thread_id: thread.thread().id(),
             thread: Mutex::new(Some(thread)),

@@ -868,3 +868,58 @@ fn spawn_blocking_keeps_the_worker_free() {
         assert!(panicked.is_err());
     });
 }
+
+/// How many CPUs the calling thread may run on.
+fn cpus_here() -> u32 {
+    rustix::thread::sched_getaffinity(None).unwrap().count()
+}
+
+#[test]
+fn bound_workers_run_on_a_cpu_each_and_the_threads_courier_starts_on_all() {
+    with_watchdog("bound workers", Duration::from_secs(60), || {
+        let all = cpus_here();
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .bind_workers(true)
+            .build()
+            .unwrap();
+        // Fibers on both workers (a fiber that never yields gets the other
+        // worker to take its siblings) each see one CPU.
+        let seen = rt.block_on(move || {
+            let fibers: Vec<_> = (0..16)
+                .map(|_| {
+                    fiber::spawn(|| {
+                        let start = Instant::now();
+                        while start.elapsed() < Duration::from_millis(2) {}
+                        (std::thread::current().id(), cpus_here())
+                    })
+                })
+                .collect();
+            fibers
+                .into_iter()
+                .map(|f| f.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert!(seen.iter().all(|&(_, cpus)| cpus == 1), "{seen:?}");
+        // The blocking pool's thread, started from a bound worker, and a
+        // runtime built inside a fiber run on every CPU of the process.
+        let (blocking, nested) = rt.block_on(|| {
+            let blocking = fiber::spawn_blocking(cpus_here).join().unwrap();
+            let inner = fiber::Runtime::builder()
+                .workers(3)
+                .bind_workers(false)
+                .build()
+                .unwrap();
+            let nested = inner.spawn(cpus_here).join().unwrap();
+            (blocking, nested)
+        });
+        assert_eq!((blocking, nested), (all, all));
+        // Unbound: every CPU.
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .bind_workers(false)
+            .build()
+            .unwrap();
+        assert_eq!(rt.block_on(cpus_here), all);
+    });
+}

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::affinity;
 use crate::chan;
 
 /// How long an idle thread of the pool waits for a job before it ends.
@@ -42,9 +43,11 @@ pub(crate) fn run(job: Job) {
         .is_ok();
     if !claimed {
         let receiver = pool.receiver.clone();
+        let unbound = affinity::for_new_thread();
         let spawned = std::thread::Builder::new()
             .name("courier-blocking".to_owned())
             .spawn(move || {
+                affinity::restore(unbound);
                 let pool = self::pool();
                 loop {
                     match receiver.recv_timeout(IDLE) {

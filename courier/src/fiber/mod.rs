@@ -55,6 +55,7 @@
 //! it fails with an error that says so, and a million fibers need
 //! `sysctl -w vm.max_map_count=2100000`.
 
+pub(crate) mod affinity;
 mod blocking;
 mod join;
 pub mod net;
@@ -91,6 +92,7 @@ pub struct RuntimeBuilder {
     workers: usize,
     stack_size: usize,
     name: String,
+    bind: Option<bool>,
 }
 
 impl Default for RuntimeBuilder {
@@ -99,12 +101,14 @@ impl Default for RuntimeBuilder {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stack_size: DEFAULT_STACK_SIZE,
             name: "courier-worker".to_owned(),
+            bind: None,
         }
     }
 }
 
 impl RuntimeBuilder {
-    /// The default settings: a worker per CPU, 64 KiB stacks.
+    /// The default settings: a worker per CPU, each bound to its CPU, 64 KiB
+    /// stacks.
     pub fn new() -> Self {
         Self::default()
     }
@@ -128,9 +132,37 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether each worker thread is bound to a CPU of its own (worker `i`
+    /// to the `i`th CPU the building thread may run on, round the set again
+    /// if there are more workers than CPUs). By default a runtime binds its
+    /// workers when there are as many as CPUs the building thread may run on
+    /// (the default count, unless the process is confined to fewer CPUs than
+    /// its quota gives it), and leaves fewer to the kernel, which then has
+    /// CPUs to spare for other threads. may binds its workers by default too.
+    ///
+    /// Bound workers wake where they slept: unbound, in a virtual machine,
+    /// a worker woken by another often lands on its waker's CPU and the two
+    /// share it for milliseconds (see `docs/fibers.md`).
+    ///
+    /// A thread inherits its creator's binding: a thread that a fiber starts
+    /// with `std::thread::spawn` runs on that fiber's worker's CPU only.
+    /// Start it with [`spawn_blocking`] instead (whose threads, like every
+    /// thread courier starts, run on all the runtime's CPUs), or build the
+    /// runtime with `bind_workers(false)`.
+    pub fn bind_workers(mut self, bind: bool) -> Self {
+        self.bind = Some(bind);
+        self
+    }
+
     /// Starts the runtime's workers.
     pub fn build(self) -> io::Result<Runtime> {
-        let workers = sched::Workers::start(self.workers, self.stack_size, &self.name)?;
+        let cpus = match self.bind {
+            Some(false) => None,
+            bind => affinity::allowed().filter(|(_, cpus)| {
+                !cpus.is_empty() && (bind == Some(true) || cpus.len() == self.workers)
+            }),
+        };
+        let workers = sched::Workers::start(self.workers, self.stack_size, &self.name, cpus)?;
         Ok(Runtime { workers })
     }
 }

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Worker as Deque};
 use crossbeam_utils::CachePadded;
+use rustix::thread::CpuSet;
 
 use super::{run, unpark, wake_here, Pinned, Queued, Shared, WorkerState, POLL_EVERY, WORKER};
+use crate::fiber::affinity;
 use crate::fiber::reactor::{poll_reactor, waits_for_io, Reactor};
 use crate::fiber::stack;
 
@@ -259,8 +261,15 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` worker threads whose fibers get `stack_size`-byte stacks.
-    pub(crate) fn start(count: usize, stack_size: usize, name: &str) -> io::Result<Workers> {
+    /// Starts `count` worker threads whose fibers get `stack_size`-byte
+    /// stacks, each bound to one of `cpus` (the set, and each in order) in
+    /// turn, if given.
+    pub(crate) fn start(
+        count: usize,
+        stack_size: usize,
+        name: &str,
+        cpus: Option<(CpuSet, Vec<usize>)>,
+    ) -> io::Result<Workers> {
         let count = count.max(1);
         let deques: Vec<Deque<Queued>> = (0..count).map(|_| Deque::new_fifo()).collect();
         let shared = Arc::new(Shared {
@@ -277,11 +286,19 @@ impl Workers {
             stack_size,
         });
         let mut threads = Vec::with_capacity(count);
+        let unbound = affinity::for_new_thread();
         for (index, local) in deques.into_iter().enumerate() {
             let rt = Arc::clone(&shared);
+            let cpu = cpus
+                .as_ref()
+                .map(|(set, cpus)| (*set, cpus[index % cpus.len()]));
             let spawned = thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
+                    affinity::restore(unbound);
+                    if let Some((set, cpu)) = cpu {
+                        affinity::bind(cpu, set);
+                    }
                     let w = WorkerState {
                         index,
                         rt,
