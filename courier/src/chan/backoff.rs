@@ -142,10 +142,15 @@ impl Pollers {
 /// How long a waiting thread keeps polling between `sched_yield`s before it parks.
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Attempts a fiber makes while spinning; before attempt `k`, `2^min(k, 6)` `pause`s (~17 ns
-/// each here): 191 pauses, ~3 µs in all, with growing gaps so that polling does not keep
-/// stealing the cache line the peer writes.
-const SPIN_ATTEMPTS: u32 = 8;
+/// Attempts a fiber makes while spinning; before attempt `k`, `2^min(k, 3)` `pause`s (17-24 ns
+/// each on these AMD guests): 191 pauses, 3-5 µs in all. The first gaps grow, so that a peer
+/// that answers at once finds the cache line it writes left alone; later gaps stay at 8 pauses
+/// (about 200 ns), because the spin also watches for work that other threads hand the fiber's
+/// worker (`Park::may_spin`), which runs only once the fiber stops spinning. Gaps that grew to
+/// 64 pauses (1.5 µs) made a fiber woken from another worker wait about twice as long for its
+/// turn: 0.6-1.6 µs a hop from worker to worker in a one-token ring of fibers, 0.25-0.55 µs
+/// with these gaps and the idle worker's own looks 100 ns apart.
+const SPIN_ATTEMPTS: u32 = 26;
 
 /// Retries `attempt` while the peer is likely to answer soon; `None` means: register and park.
 ///
@@ -166,7 +171,7 @@ const SPIN_ATTEMPTS: u32 = 8;
 /// 2-5 µs. `docs/waiting-policy.md` gives the whole policy and its measurements.
 ///
 /// **A fiber never yields the thread** (that would stall its whole scheduler): it spins for
-/// ~3 µs while its scheduler allows (`Park::may_spin`: nothing else to run, asked before every
+/// 3-5 µs while its scheduler allows (`Park::may_spin`: nothing else to run, asked before every
 /// attempt), then parks, which for a fiber is a switch to its scheduler. Asked once, a fiber
 /// kept spinning after another thread had woken a fiber of its worker, which waited out the
 /// whole spin: 4-5 µs of every hop from one worker to the other in a one-token ring of fibers
@@ -201,7 +206,7 @@ pub(crate) fn spin_then_yield<R>(
         if !may_spin() {
             break;
         }
-        for _ in 0..1u32 << k.min(6) {
+        for _ in 0..1u32 << k.min(3) {
             sync::spin_loop();
         }
         if let Some(r) = attempt() {
