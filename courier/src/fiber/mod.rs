@@ -136,9 +136,10 @@ impl RuntimeBuilder {
     /// to the `i`th CPU the building thread may run on, round the set again
     /// if there are more workers than CPUs). By default a runtime binds its
     /// workers when there are as many as CPUs the building thread may run on
-    /// (the default count, unless the process is confined to fewer CPUs than
-    /// its quota gives it), and leaves fewer to the kernel, which then has
-    /// CPUs to spare for other threads. may binds its workers by default too.
+    /// (the default count, unless a cgroup quota grants the process less CPU
+    /// time than its CPU set holds CPUs), and leaves fewer to the kernel,
+    /// which then has CPUs to spare for other threads. may binds its workers
+    /// by default too.
     ///
     /// Bound workers wake where they slept: unbound, in a virtual machine,
     /// a worker woken by another often lands on its waker's CPU and the two
