@@ -656,6 +656,105 @@ fn a_fiber_blocked_on_a_socket_whose_peer_dies_gets_the_error() {
     });
 }
 
+/// A read that drained the socket (it returned fewer bytes than it asked
+/// for) makes the next one wait for an event before it reads: that read
+/// still gets the bytes that come later, and the end of the stream when the
+/// last bytes and the end arrive together, and reads after the end keep
+/// returning it.
+#[test]
+fn a_read_after_a_drained_one_gets_what_comes_later_and_the_end() {
+    use courier::fiber::net::UnixStream;
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+    with_watchdog("drained reads", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        let (sent_tx, sent_rx) = mpsc::channel::<()>();
+        let reader = rt.spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut got = Vec::new();
+            while got.len() < 8 {
+                let n = ours.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            // The worker is held (a blocking wait, on purpose) while the
+            // last bytes and the end arrive, so one event reports both.
+            held_tx.send(()).unwrap();
+            sent_rx.recv().unwrap();
+            loop {
+                let n = ours.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(ours.read(&mut buf).unwrap(), 0, "the end, again");
+            got
+        });
+        // Bytes while the reader waits after a drained read.
+        for part in [&b"abc"[..], b"defgh"] {
+            std::thread::sleep(Duration::from_millis(20));
+            theirs.write_all(part).unwrap();
+        }
+        held_rx.recv().unwrap();
+        theirs.write_all(b"ij").unwrap();
+        drop(theirs);
+        sent_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), b"abcdefghij");
+    });
+}
+
+/// TCP urgent data stops a read short of it, with bytes still queued behind
+/// it: the read after such a short one asks the kernel at once rather than
+/// wait for an event that already came.
+#[test]
+fn a_read_stopped_short_by_urgent_data_does_not_wait() {
+    use courier::fiber::net::{TcpListener, TcpStream};
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+    with_watchdog("urgent data", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        rt.block_on(|| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut conn, _): (TcpStream, _) = listener.accept().unwrap();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let (sent_tx, sent_rx) = mpsc::channel::<()>();
+            let sender = std::thread::spawn(move || {
+                // Late enough that the first read waits (and registers).
+                std::thread::sleep(Duration::from_millis(20));
+                client.write_all(b"x").unwrap();
+                go_rx.recv().unwrap();
+                client.write_all(b"hello").unwrap();
+                rustix::net::send(&client, b"!", rustix::net::SendFlags::OOB).unwrap();
+                client.write_all(b"world").unwrap();
+                sent_tx.send(()).unwrap();
+                client
+            });
+            let mut buf = [0u8; 64];
+            assert_eq!(
+                conn.read(&mut buf).unwrap(),
+                1,
+                "the first byte: a short read"
+            );
+            go_tx.send(()).unwrap();
+            // The worker is held (a blocking wait, on purpose) until all of
+            // it is queued, so one event reports it all.
+            sent_rx.recv().unwrap();
+            let mut got = Vec::new();
+            // The urgent byte is not in the stream (no SO_OOBINLINE).
+            while got.len() < 10 {
+                let n = conn.read(&mut buf).unwrap();
+                assert_ne!(n, 0, "the peer is still connected");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, b"helloworld");
+            drop(sender.join().unwrap());
+        });
+    });
+}
+
 /// A socket stays registered with the reactor of the worker that first
 /// waited on it; it keeps working as it moves to fibers that may run on the
 /// other worker, to a plain thread and back, when two fibers wait to read it

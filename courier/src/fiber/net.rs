@@ -9,7 +9,10 @@
 //! first waits on it, and deleted from it when the socket is dropped: a wait
 //! costs no system call beyond the read or write that said `EAGAIN` (adding
 //! and deleting an entry per wait cost two more: without them the
-//! `http_hello` example serves 15-20% more requests a second).
+//! `http_hello` example serves 15-20% more requests a second). A read that
+//! returns fewer bytes than asked for has drained the socket, so the next
+//! read waits for an event before it asks the kernel, instead of finding
+//! `EAGAIN` first.
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -110,9 +113,13 @@ macro_rules! stream {
 
         impl Read for &$name {
             fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                retry(&self.reg, self.inner.as_fd(), Interest::Read, || {
+                self.reg.before_read();
+                let len = buf.len();
+                let n = retry(&self.reg, self.inner.as_fd(), Interest::Read, || {
                     (&self.inner).read(buf)
-                })
+                })?;
+                self.reg.after_read(n, len);
+                Ok(n)
             }
         }
 

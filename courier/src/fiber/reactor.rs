@@ -126,6 +126,14 @@ pub(super) struct Source {
 struct Readiness {
     /// Directions an event reported while no fiber waited for them.
     ready: u8,
+    /// Whether the last read took all the socket held (fewer bytes than it
+    /// asked for): the next read waits for an event before it asks.
+    drained: bool,
+    /// Whether an event reported the peer gone, the socket failed, or
+    /// urgent data (which a read stops short of): from then on a short read
+    /// is not taken to have drained the socket, since no later event need
+    /// report any of these again.
+    unusual: bool,
     /// The fiber waiting to read, and the one waiting to write.
     waiting: [Option<Arc<Fiber>>; 2],
 }
@@ -174,8 +182,11 @@ pub(super) unsafe fn source_event(token: u64, flags: EventFlags) {
     // SAFETY: the caller's contract: the entry's count keeps the source alive.
     let source = unsafe { &*(token as usize as *const Source) };
     let bits = directions(flags);
+    let unusual =
+        flags.intersects(EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR | EventFlags::PRI);
     let woken: [Option<Arc<Fiber>>; 2] = {
         let mut state = lock(&source.state);
+        state.unusual |= unusual;
         let mut woken = [None, None];
         for (i, b) in [READ, WRITE].into_iter().enumerate() {
             if bits & b == 0 {
@@ -231,6 +242,66 @@ impl Registration {
         }
     }
 
+    /// Called before a read: parks the calling fiber until an event says
+    /// there is more to read, if the last read drained the socket and none
+    /// has since. The read after a drained one then asks the kernel once,
+    /// not twice (an `EAGAIN`, then the read that finds the bytes); tokio's
+    /// sockets clear their readiness on a short read for the same reason.
+    /// Takes the readiness an event left, which the read that follows uses.
+    pub(crate) fn before_read(&self) {
+        let Some((source, fiber)) = self.registered_here() else {
+            return;
+        };
+        let i = slot(Interest::Read);
+        let mut state = lock(&source.state);
+        if state.ready & READ != 0 {
+            state.ready &= !READ;
+            return;
+        }
+        // (A second reader has a wait of its own.)
+        if !state.drained || state.unusual || state.waiting[i].is_some() {
+            return;
+        }
+        state.waiting[i] = Some(sched::current_arc(fiber));
+        drop(state);
+        park_in(source, fiber, i);
+    }
+
+    /// Called after a read of `n` bytes into a buffer of `len`: fewer than
+    /// asked for (and not the end of the stream) means the socket is
+    /// drained; all of them, that it may hold more, which wakes a reader
+    /// that waits for an event since it found the socket drained.
+    pub(crate) fn after_read(&self, n: usize, len: usize) {
+        let Some(Some(source)) = self.source.get() else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let waiting = {
+            let mut state = lock(&source.state);
+            state.drained = n < len;
+            match state.drained {
+                true => None,
+                false => state.waiting[slot(Interest::Read)].take(),
+            }
+        };
+        if let Some(fiber) = waiting {
+            sched::unpark(&fiber);
+        }
+    }
+
+    /// The source, if it is registered with the reactor of the worker of
+    /// the calling fiber, and that fiber.
+    fn registered_here(&self) -> Option<(&Source, &'static Fiber)> {
+        let Some(Some(source)) = self.source.get() else {
+            return None;
+        };
+        let fiber = sched::current()?;
+        sched::with_reactor(|reactor| Arc::ptr_eq(&source.reactor, reactor))
+            .then_some((&**source, fiber))
+    }
+
     /// Deletes the registration: called before the descriptor closes.
     pub(crate) fn deregister(&mut self, fd: BorrowedFd<'_>) {
         if let Some(Some(source)) = self.source.take() {
@@ -254,7 +325,9 @@ fn register(reactor: &Arc<Reactor>, fd: BorrowedFd<'_>) -> Option<Arc<Source>> {
         state: Mutex::new(Readiness::default()),
     });
     let entry = Arc::into_raw(Arc::clone(&source));
-    let flags = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET;
+    // `PRI`: urgent data, at which a read stops short (see `Readiness`).
+    let flags =
+        EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::PRI | EventFlags::ET;
     match epoll::add(
         &reactor.epoll,
         fd,
@@ -296,6 +369,13 @@ fn wait_on(
         }
         state.waiting[i] = Some(sched::current_arc(fiber));
     }
+    park_in(source, fiber, i);
+    Ok(())
+}
+
+/// Parks `fiber`, which has put itself in `source`'s slot `i`, until an
+/// event takes it from there.
+fn park_in(source: &Source, fiber: &Fiber, i: usize) {
     loop {
         sched::park(fiber);
         // Woken by the event (which took the slot), or spuriously (the slot
@@ -305,7 +385,7 @@ fn wait_on(
             .as_ref()
             .is_some_and(|f| std::ptr::eq(&**f, fiber))
         {
-            return Ok(());
+            return;
         }
     }
 }
