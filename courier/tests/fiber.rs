@@ -656,22 +656,24 @@ fn a_fiber_blocked_on_a_socket_whose_peer_dies_gets_the_error() {
     });
 }
 
-/// A read that drained the socket (it returned fewer bytes than it asked
-/// for) makes the next one wait for an event before it reads: that read
-/// still gets the bytes that come later, and the end of the stream when the
-/// last bytes and the end arrive together, and reads after the end keep
+/// A TCP read that drained the socket (it returned fewer bytes than it
+/// asked for) makes the next one wait for an event before it reads: that
+/// read still gets the bytes that come later, and the end of the stream when
+/// the last bytes and the end arrive together, and reads after the end keep
 /// returning it.
 #[test]
 fn a_read_after_a_drained_one_gets_what_comes_later_and_the_end() {
-    use courier::fiber::net::UnixStream;
+    use courier::fiber::net::TcpListener;
     use std::io::{Read, Write};
     use std::sync::mpsc;
     with_watchdog("drained reads", Duration::from_secs(30), || {
         let rt = runtime(1);
-        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut theirs = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (held_tx, held_rx) = mpsc::channel::<()>();
         let (sent_tx, sent_rx) = mpsc::channel::<()>();
         let reader = rt.spawn(move || {
+            let (mut ours, _) = listener.accept().unwrap();
             let mut buf = [0u8; 64];
             let mut got = Vec::new();
             while got.len() < 8 {
@@ -700,8 +702,104 @@ fn a_read_after_a_drained_one_gets_what_comes_later_and_the_end() {
         held_rx.recv().unwrap();
         theirs.write_all(b"ij").unwrap();
         drop(theirs);
+        // (The end reaches the socket at once on loopback.)
+        std::thread::sleep(Duration::from_millis(20));
         sent_tx.send(()).unwrap();
         assert_eq!(reader.join().unwrap(), b"abcdefghij");
+    });
+}
+
+/// A read into an empty buffer, after a drained read and with bytes come
+/// since, leaves them to the next read.
+#[test]
+fn an_empty_read_leaves_what_came_to_the_next_one() {
+    use courier::fiber::net::TcpListener;
+    use std::io::{Read, Write};
+    with_watchdog("empty read", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut theirs = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let reader = rt.spawn(move || {
+            let (mut ours, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            assert_eq!(ours.read(&mut buf).unwrap(), 1, "a short read");
+            // The worker takes the next bytes' event while this one sleeps.
+            fiber::sleep(Duration::from_millis(50));
+            assert_eq!(ours.read(&mut []).unwrap(), 0);
+            let n = ours.read(&mut buf).unwrap();
+            buf[..n].to_vec()
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        theirs.write_all(b"a").unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        theirs.write_all(b"bc").unwrap();
+        assert_eq!(reader.join().unwrap(), b"bc");
+        drop(theirs);
+    });
+}
+
+/// Reads one byte (a short read: the socket drained), lets the peer go on,
+/// and reads until ten more bytes came, holding the worker (a blocking
+/// wait, on purpose) until the peer has queued them all, so that one event
+/// reports them.
+fn read_short_then_ten(
+    stream: &mut impl std::io::Read,
+    go: &std::sync::mpsc::Sender<()>,
+    sent: &std::sync::mpsc::Receiver<()>,
+) -> Vec<u8> {
+    let mut buf = [0u8; 64];
+    assert_eq!(stream.read(&mut buf).unwrap(), 1, "a short read");
+    go.send(()).unwrap();
+    sent.recv().unwrap();
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let n = stream.read(&mut buf).unwrap();
+        assert_ne!(n, 0, "the peer is still connected");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// A Unix stream read stops after bytes that carried descriptors, with
+/// bytes still queued behind them (and the descriptors, which a plain read
+/// has no room for, closed): the read after it asks the kernel at once.
+#[test]
+fn a_unix_read_stopped_short_by_passed_descriptors_does_not_wait() {
+    use courier::fiber::net::UnixStream;
+    use std::io::{IoSlice, Write};
+    use std::os::fd::AsFd;
+    use std::sync::mpsc;
+    with_watchdog("passed descriptors", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let mut theirs = theirs.get_ref().try_clone().unwrap();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (sent_tx, sent_rx) = mpsc::channel::<()>();
+        let sender = std::thread::spawn(move || {
+            // Late enough that the first read waits (and registers).
+            std::thread::sleep(Duration::from_millis(20));
+            theirs.write_all(b"x").unwrap();
+            go_rx.recv().unwrap();
+            let devnull = std::fs::File::open("/dev/null").unwrap();
+            let fds = [devnull.as_fd()];
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+            assert!(control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+            let hello = [IoSlice::new(b"hello")];
+            rustix::net::sendmsg(
+                &theirs,
+                &hello,
+                &mut control,
+                rustix::net::SendFlags::empty(),
+            )
+            .unwrap();
+            theirs.write_all(b"world").unwrap();
+            sent_tx.send(()).unwrap();
+            theirs
+        });
+        let got = rt.block_on(move || read_short_then_ten(&mut ours, &go_tx, &sent_rx));
+        assert_eq!(got, b"helloworld");
+        drop(sender.join().unwrap());
     });
 }
 
@@ -711,7 +809,7 @@ fn a_read_after_a_drained_one_gets_what_comes_later_and_the_end() {
 #[test]
 fn a_read_stopped_short_by_urgent_data_does_not_wait() {
     use courier::fiber::net::{TcpListener, TcpStream};
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::sync::mpsc;
     with_watchdog("urgent data", Duration::from_secs(30), || {
         let rt = runtime(1);
@@ -732,23 +830,8 @@ fn a_read_stopped_short_by_urgent_data_does_not_wait() {
                 sent_tx.send(()).unwrap();
                 client
             });
-            let mut buf = [0u8; 64];
-            assert_eq!(
-                conn.read(&mut buf).unwrap(),
-                1,
-                "the first byte: a short read"
-            );
-            go_tx.send(()).unwrap();
-            // The worker is held (a blocking wait, on purpose) until all of
-            // it is queued, so one event reports it all.
-            sent_rx.recv().unwrap();
-            let mut got = Vec::new();
             // The urgent byte is not in the stream (no SO_OOBINLINE).
-            while got.len() < 10 {
-                let n = conn.read(&mut buf).unwrap();
-                assert_ne!(n, 0, "the peer is still connected");
-                got.extend_from_slice(&buf[..n]);
-            }
+            let got = read_short_then_ten(&mut conn, &go_tx, &sent_rx);
             assert_eq!(got, b"helloworld");
             drop(sender.join().unwrap());
         });

@@ -242,7 +242,7 @@ impl Registration {
         }
     }
 
-    /// Called before a read: parks the calling fiber until an event says
+    /// Called before a TCP read: parks the calling fiber until an event says
     /// there is more to read, if the last read drained the socket and none
     /// has since. The read after a drained one then asks the kernel once,
     /// not twice (an `EAGAIN`, then the read that finds the bytes); tokio's
@@ -267,21 +267,23 @@ impl Registration {
         park_in(source, fiber, i);
     }
 
-    /// Called after a read of `n` bytes into a buffer of `len`: fewer than
-    /// asked for (and not the end of the stream) means the socket is
-    /// drained; all of them, that it may hold more, which wakes a reader
-    /// that waits for an event since it found the socket drained.
-    pub(crate) fn after_read(&self, n: usize, len: usize) {
+    /// Called after a read into a buffer of `len` bytes (not empty) that
+    /// returned `n` bytes, or `None` for an error. Fewer than asked for (and
+    /// not the end of the stream) means the socket is drained, if this is a
+    /// fiber of the worker the socket is registered with: its reactor cannot
+    /// have taken an event between the read and now, so bytes that came
+    /// after the read have an event still to come. Anything else means the
+    /// socket may hold more, which wakes a reader parked since it found the
+    /// socket drained (it then asks the kernel).
+    pub(crate) fn after_read(&self, n: Option<usize>, len: usize) {
         let Some(Some(source)) = self.source.get() else {
             return;
         };
-        if n == 0 {
-            return;
-        }
+        let drained = n.is_some_and(|n| n > 0 && n < len) && self.registered_here().is_some();
         let waiting = {
             let mut state = lock(&source.state);
-            state.drained = n < len;
-            match state.drained {
+            state.drained = drained;
+            match drained {
                 true => None,
                 false => state.waiting[slot(Interest::Read)].take(),
             }
