@@ -738,6 +738,68 @@ fn an_empty_read_leaves_what_came_to_the_next_one() {
     });
 }
 
+/// A connection (accepted in the calling fiber) whose peer sends a byte,
+/// then, once told to go, `hello`, an urgent `!` and `world` at once, and
+/// says when it has: the connection, the go, the word back, and the peer.
+fn urgent_burst() -> (
+    courier::fiber::net::TcpStream,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+    std::thread::JoinHandle<std::net::TcpStream>,
+) {
+    use std::io::Write;
+    let listener = courier::fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+    let sender = std::thread::spawn(move || {
+        // Late enough that the first read waits (and registers).
+        std::thread::sleep(Duration::from_millis(20));
+        client.write_all(b"x").unwrap();
+        go_rx.recv().unwrap();
+        client.write_all(b"hello").unwrap();
+        rustix::net::send(&client, b"!", rustix::net::SendFlags::OOB).unwrap();
+        client.write_all(b"world").unwrap();
+        sent_tx.send(()).unwrap();
+        client
+    });
+    (conn, go_tx, sent_rx, sender)
+}
+
+/// A program may take urgent data itself, from the socket `get_ref` lends:
+/// then the event no longer reports it, and a read that stops short at its
+/// mark is not taken to have drained the socket.
+#[test]
+fn urgent_data_taken_through_get_ref_leaves_no_read_waiting() {
+    use std::io::Read;
+    with_watchdog("urgent data taken", Duration::from_secs(30), || {
+        let rt = runtime(1);
+        rt.block_on(|| {
+            let (mut conn, go_tx, sent_rx, sender) = urgent_burst();
+            let mut buf = [0u8; 64];
+            assert_eq!(conn.read(&mut buf).unwrap(), 1, "a short read");
+            go_tx.send(()).unwrap();
+            // The worker is held (a blocking wait, on purpose) until all of
+            // it is queued, so one event reports it all.
+            sent_rx.recv().unwrap();
+            let mut urgent = [0u8; 1];
+            let (taken, _) =
+                rustix::net::recv(conn.get_ref(), &mut urgent, rustix::net::RecvFlags::OOB)
+                    .unwrap();
+            assert_eq!(&urgent[..taken], b"!");
+            let mut got = Vec::new();
+            while got.len() < 10 {
+                let n = conn.read(&mut buf).unwrap();
+                assert_ne!(n, 0, "the peer is still connected");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, b"helloworld");
+            drop(sender.join().unwrap());
+        });
+    });
+}
+
 /// Reads one byte (a short read: the socket drained), lets the peer go on,
 /// and reads until ten more bytes came, holding the worker (a blocking
 /// wait, on purpose) until the peer has queued them all, so that one event
@@ -808,28 +870,10 @@ fn a_unix_read_stopped_short_by_passed_descriptors_does_not_wait() {
 /// wait for an event that already came.
 #[test]
 fn a_read_stopped_short_by_urgent_data_does_not_wait() {
-    use courier::fiber::net::{TcpListener, TcpStream};
-    use std::io::Write;
-    use std::sync::mpsc;
     with_watchdog("urgent data", Duration::from_secs(30), || {
         let rt = runtime(1);
         rt.block_on(|| {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-            let (mut conn, _): (TcpStream, _) = listener.accept().unwrap();
-            let (go_tx, go_rx) = mpsc::channel::<()>();
-            let (sent_tx, sent_rx) = mpsc::channel::<()>();
-            let sender = std::thread::spawn(move || {
-                // Late enough that the first read waits (and registers).
-                std::thread::sleep(Duration::from_millis(20));
-                client.write_all(b"x").unwrap();
-                go_rx.recv().unwrap();
-                client.write_all(b"hello").unwrap();
-                rustix::net::send(&client, b"!", rustix::net::SendFlags::OOB).unwrap();
-                client.write_all(b"world").unwrap();
-                sent_tx.send(()).unwrap();
-                client
-            });
+            let (mut conn, go_tx, sent_rx, sender) = urgent_burst();
             // The urgent byte is not in the stream (no SO_OOBINLINE).
             let got = read_short_then_ten(&mut conn, &go_tx, &sent_rx);
             assert_eq!(got, b"helloworld");

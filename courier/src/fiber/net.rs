@@ -105,8 +105,11 @@ macro_rules! stream {
                 })
             }
 
-            /// The socket underneath (non-blocking).
+            /// The socket underneath (non-blocking). Once it is lent, every
+            /// read of this one asks the kernel before it waits, as the
+            /// socket may have been read there.
             pub fn get_ref(&self) -> &$std {
+                self.reg.lend();
                 &self.inner
             }
         }

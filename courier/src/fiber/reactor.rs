@@ -22,7 +22,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
@@ -210,6 +210,11 @@ pub(crate) struct Registration {
     /// The source, or `None` if registering failed (the descriptor then
     /// waits one wait at a time).
     source: OnceLock<Option<Arc<Source>>>,
+    /// Whether the socket underneath was lent out (`get_ref`): code that
+    /// reads it there (urgent data with `MSG_OOB`, say) may leave a short
+    /// read of ours with bytes queued and no event to come, so no read is
+    /// taken to have drained it from then on.
+    lent: AtomicBool,
 }
 
 impl std::fmt::Debug for Registration {
@@ -267,6 +272,11 @@ impl Registration {
         park_in(source, fiber, i);
     }
 
+    /// The socket underneath is lent out: see `lent`.
+    pub(crate) fn lend(&self) {
+        self.lent.store(true, Ordering::Relaxed);
+    }
+
     /// Called after a read into a buffer of `len` bytes (not empty) that
     /// returned `n` bytes, or `None` for an error. Fewer than asked for (and
     /// not the end of the stream) means the socket is drained, if this is a
@@ -279,7 +289,9 @@ impl Registration {
         let Some(Some(source)) = self.source.get() else {
             return;
         };
-        let drained = n.is_some_and(|n| n > 0 && n < len) && self.registered_here().is_some();
+        let drained = n.is_some_and(|n| n > 0 && n < len)
+            && !self.lent.load(Ordering::Relaxed)
+            && self.registered_here().is_some();
         let waiting = {
             let mut state = lock(&source.state);
             state.drained = drained;
